@@ -1,0 +1,1 @@
+"""Global dispatchers: which worker an arriving request goes to."""

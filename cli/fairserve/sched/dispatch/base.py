@@ -1,0 +1,211 @@
+"""The dispatcher interface every multi-worker host drives (DESIGN §2).
+
+* ``choose(req, available)`` picks a worker id among ``available`` (healthy workers; all
+  known workers when None). It may update internal counters (DoubleQ refills there).
+* ``on_dispatch(req, worker)`` records the dispatch: outstanding counts (``s_w``), charges,
+  the global radix tree. ``dispatch`` is ``choose`` followed by ``on_dispatch``.
+* ``on_finish(req, worker, output_tokens)`` when the worker finished the request;
+  ``on_abort(req, worker)`` when it left without finishing (failure, client gone).
+* ``on_evict(worker, prefix_key)`` applies a worker's eviction event to the global tree.
+
+Workers are plain string ids (their URL in the router, ``w0..wN`` in the simulator).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+from fairserve.core.cost import CostModel, WeightedTokenCost
+from fairserve.core.errors import ConfigError, FairserveError, UnknownNameError
+from fairserve.core.types import Request, validate_weight
+from fairserve.sched.params import Param, resolve_params
+
+
+class NoWorkerAvailable(FairserveError):
+    """No healthy worker can take a request; hosts answer 503."""
+
+
+class Dispatcher(ABC):
+    """Base class: worker set, outstanding counts and tokens, weights, ``dispatch``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def __init__(
+        self,
+        workers: Sequence[str] = (),
+        *,
+        cost: CostModel | None = None,
+        weights: Mapping[str, float] | None = None,
+        **params: Any,
+    ) -> None:
+        self.p: dict[str, Any] = resolve_params(f"dispatcher {self.name}", self.params, params)
+        self.cost: CostModel = cost or WeightedTokenCost(
+            w_e=self.p.get("w_e", 1.0), w_q=self.p.get("w_q", 2.0)
+        )
+        self.weights: dict[str, float] = {}
+        for client, weight in (weights or {}).items():
+            self.set_weight(client, weight)
+        self.workers: list[str] = []
+        self.outstanding: dict[str, int] = {}
+        self.outstanding_tokens: dict[str, int] = {}
+        self.dispatched: dict[str, int] = {}
+        for worker in workers:
+            self.add_worker(worker)
+
+    # ------------------------------------------------------------ workers
+    def add_worker(self, worker: str) -> None:
+        if worker in self.outstanding:
+            raise ConfigError(f"worker {worker!r} added twice")
+        self.workers.append(worker)
+        self.outstanding[worker] = 0
+        self.outstanding_tokens[worker] = 0
+        self.dispatched[worker] = 0
+        self._worker_added(worker)
+
+    def remove_worker(self, worker: str) -> None:
+        self._known(worker)
+        self.workers.remove(worker)
+        for table in (self.outstanding, self.outstanding_tokens, self.dispatched):
+            del table[worker]
+        self._worker_removed(worker)
+
+    # ------------------------------------------------------------ configuration
+    def weight(self, client: str) -> float:
+        return self.weights.get(client, 1.0)
+
+    def set_weight(self, client: str, weight: float) -> None:
+        validate_weight(client, weight)
+        self.weights[client] = float(weight)
+
+    @property
+    def quantum(self) -> float | None:
+        """The per-worker quantum Q^w, or None for dispatchers without one."""
+        return None
+
+    def set_quantum(self, quantum: float) -> None:
+        """Set Q^w live; takes effect at the next dispatch."""
+        raise ConfigError(f"dispatcher {self.name} has no quantum")
+
+    # ------------------------------------------------------------ events
+    def dispatch(self, req: Request, available: Collection[str] | None = None) -> str:
+        worker = self.choose(req, available)
+        self.on_dispatch(req, worker)
+        return worker
+
+    def choose(self, req: Request, available: Collection[str] | None = None) -> str:
+        candidates = self._candidates(available)
+        return self._choose(req, candidates)
+
+    def on_dispatch(self, req: Request, worker: str) -> None:
+        self._known(worker)
+        self.outstanding[worker] += 1
+        self.outstanding_tokens[worker] += req.input_tokens + req.expected_output_tokens
+        self.dispatched[worker] += 1
+        self._dispatched(req, worker)
+
+    def on_finish(self, req: Request, worker: str, output_tokens: int) -> None:
+        self._release(req, worker)
+        self._finished(req, worker, output_tokens)
+
+    def on_abort(self, req: Request, worker: str) -> None:
+        self._release(req, worker)
+        self._aborted(req, worker)
+
+    def on_evict(self, worker: str, prefix_key: bytes) -> None:
+        """A worker evicted ``prefix_key`` from its cache (no-op without a global tree)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "dispatch": self.name,
+            "params": dict(self.p),
+            "quantum": self.quantum,
+            "workers": {
+                w: {
+                    "outstanding": self.outstanding[w],
+                    "outstanding_tokens": self.outstanding_tokens[w],
+                    "dispatched": self.dispatched[w],
+                    **self._worker_state(w),
+                }
+                for w in self.workers
+            },
+            **self._extra_state(),
+        }
+
+    # ------------------------------------------------------------ hooks
+    @abstractmethod
+    def _choose(self, req: Request, candidates: list[str]) -> str:
+        """Pick one of ``candidates`` (non-empty, in worker order)."""
+
+    def _dispatched(self, req: Request, worker: str) -> None: ...
+
+    def _finished(self, req: Request, worker: str, output_tokens: int) -> None: ...
+
+    def _aborted(self, req: Request, worker: str) -> None: ...
+
+    def _worker_added(self, worker: str) -> None: ...
+
+    def _worker_removed(self, worker: str) -> None: ...
+
+    def _worker_state(self, worker: str) -> dict[str, Any]:
+        return {}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    # ------------------------------------------------------------ helpers
+    def least_outstanding(self, candidates: Collection[str]) -> str:
+        """Worker with the fewest outstanding requests; ties go to the first in worker order."""
+        return min(candidates, key=self._order_key)
+
+    def _order_key(self, worker: str) -> tuple[int, int]:
+        return (self.outstanding[worker], self.workers.index(worker))
+
+    def _candidates(self, available: Collection[str] | None) -> list[str]:
+        if available is None:
+            candidates = list(self.workers)
+        else:
+            allowed = set(available)
+            for worker in allowed:
+                self._known(worker)
+            candidates = [w for w in self.workers if w in allowed]
+        if not candidates:
+            raise NoWorkerAvailable("no healthy worker is available")
+        return candidates
+
+    def _known(self, worker: str) -> None:
+        if worker not in self.outstanding:
+            raise UnknownNameError("worker", worker, self.workers)
+
+    def _release(self, req: Request, worker: str) -> None:
+        self._known(worker)
+        if self.outstanding[worker] <= 0:
+            raise ConfigError(f"worker {worker!r} has no outstanding request to release")
+        self.outstanding[worker] -= 1
+        tokens = req.input_tokens + req.expected_output_tokens
+        self.outstanding_tokens[worker] = max(0, self.outstanding_tokens[worker] - tokens)
+
+
+_REGISTRY: dict[str, type[Dispatcher]] = {}
+
+
+def register_dispatcher(cls: type[Dispatcher]) -> type[Dispatcher]:
+    """Class decorator: make a dispatcher available by its ``name``."""
+    if cls.name in _REGISTRY:
+        raise ConfigError(f"dispatcher {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def dispatcher_class(name: str) -> type[Dispatcher]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError("dispatcher", name, list(_REGISTRY)) from None
+
+
+def dispatcher_names() -> list[str]:
+    return list(_REGISTRY)

@@ -1,0 +1,1 @@
+"""Local policies: which waiting requests one engine admits at each batching step."""

@@ -1,0 +1,223 @@
+"""The local-policy interface every host drives (DESIGN §2).
+
+Event contract, identical in the simulator, the router's fair queue and the SGLang plugin:
+
+* ``on_arrival(req, now_s)`` when a request enters the waiting queue (may raise
+  :class:`~fairserve.core.errors.RequestRejected`, e.g. ``rpm``);
+* ``select(waiting, can_fit, match_len, now_s)`` at a batching step: returns the requests to
+  admit, in admission order, already charged with their estimated extend tokens
+  (``input − match_len``). ``can_fit(req)`` answers for memory and token budget; **a True
+  answer is final** (the policy admits that request), so hosts reserve inside ``can_fit``.
+  A request that does not fit is skipped and the rest are still tried (work conservation);
+* ``correct_extend(req, extend_tokens)`` when the real extend differs from the estimate;
+* ``on_decode_step(running, now_s)`` after a forward step in which every request in
+  ``running`` produced one token, *after* the host incremented ``req.output_tokens``;
+* ``on_finish(req, now_s)``, ``on_abort(req, now_s)`` (left without finishing),
+  ``on_retract(req, now_s)`` (moved from running back to waiting under memory pressure).
+
+Hosts that decide admissions one request at a time (SGLang's ``PrefillAdder``) use the
+pieces ``order``, ``admissible`` and ``on_admit`` that ``select`` is made of.
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from fairserve.core.cost import CostModel, WeightedTokenCost
+from fairserve.core.errors import ConfigError, UnknownNameError
+from fairserve.core.types import Request, validate_weight
+from fairserve.sched.params import Param, resolve_params
+
+CanFit = Callable[[Request], bool]
+MatchLen = Callable[[Request], int]
+
+
+class LocalPolicy(ABC):
+    """Base class: waiting counts, per-client service and weights, the generic select loop."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        cost: CostModel | None = None,
+        weights: Mapping[str, float] | None = None,
+        **params: Any,
+    ) -> None:
+        self.p: dict[str, Any] = resolve_params(f"policy {self.name}", self.params, params)
+        self.cost: CostModel = cost or WeightedTokenCost(
+            w_e=self.p.get("w_e", 1.0), w_q=self.p.get("w_q", 2.0)
+        )
+        self.weights: dict[str, float] = {}
+        for client, weight in (weights or {}).items():
+            self.set_weight(client, weight)
+        self.waiting: dict[str, int] = {}
+        self.service: dict[str, float] = {}
+        self._estimated_extend: dict[int, int] = {}
+
+    # ------------------------------------------------------------ configuration
+    def weight(self, client: str) -> float:
+        return self.weights.get(client, 1.0)
+
+    def set_weight(self, client: str, weight: float) -> None:
+        """Change a client's weight live; zero or negative weights are refused."""
+        validate_weight(client, weight)
+        self.weights[client] = float(weight)
+
+    @property
+    def quantum(self) -> float | None:
+        """The deficit quantum Q^u, or None for policies without one."""
+        return None
+
+    def set_quantum(self, quantum: float) -> None:
+        """Set Q^u live; takes effect at the next batching decision."""
+        raise ConfigError(f"policy {self.name} has no quantum")
+
+    # ------------------------------------------------------------ events
+    def on_arrival(self, req: Request, now_s: float) -> None:
+        self._arrive(req, now_s)
+        self.waiting[req.client] = self.waiting.get(req.client, 0) + 1
+        self.service.setdefault(req.client, 0.0)
+
+    def select(
+        self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
+    ) -> list[Request]:
+        """Generic admission: passes over ``order(...)`` until a pass admits nothing."""
+        admitted: list[Request] = []
+        remaining = self.order(waiting, match_len)
+        while remaining:
+            skipped: list[Request] = []
+            progress = False
+            for req in remaining:
+                if not self.admissible(req):
+                    skipped.append(req)
+                elif can_fit(req):
+                    self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
+                    admitted.append(req)
+                    progress = True
+            if not progress:
+                break
+            remaining = skipped
+        return admitted
+
+    def order(self, waiting: Sequence[Request], match_len: MatchLen) -> list[Request]:
+        """Candidate order for this step (default: arrival order)."""
+        return sorted(waiting, key=lambda r: r.arrival_s)
+
+    def admissible(self, req: Request) -> bool:
+        """Fairness gate checked before ``can_fit`` (default: always)."""
+        return True
+
+    def on_admit(self, req: Request, extend_tokens: int, now_s: float) -> None:
+        """Charge an admission of ``extend_tokens`` computed prompt tokens."""
+        self._leave_waiting(req.client)
+        self._estimated_extend[id(req)] = extend_tokens
+        self._charge(req.client, self.cost.admit_cost(req, extend_tokens))
+        self._admitted(req, extend_tokens, now_s)
+
+    def correct_extend(self, req: Request, extend_tokens: int) -> None:
+        """Charge the difference between the real and the estimated extend tokens."""
+        estimate = self._estimated_extend.get(id(req))
+        if estimate is None:
+            raise ConfigError(f"request {req.id!r} was not admitted by this policy")
+        self._estimated_extend[id(req)] = extend_tokens
+        delta = self.cost.admit_cost(req, extend_tokens) - self.cost.admit_cost(req, estimate)
+        if delta:
+            self._charge(req.client, delta)
+
+    def on_decode_step(self, running: Sequence[Request], now_s: float) -> None:
+        for req in running:
+            self._charge(req.client, self.cost.decode_cost(req))
+
+    def on_finish(self, req: Request, now_s: float) -> None:
+        self._estimated_extend.pop(id(req), None)
+        self._finished(req, now_s)
+
+    def on_abort(self, req: Request, now_s: float, was_waiting: bool) -> None:
+        """A request left without finishing (client gone, error); ``was_waiting`` says where."""
+        if was_waiting:
+            self._leave_waiting(req.client)
+        self._estimated_extend.pop(id(req), None)
+        self._finished(req, now_s)
+
+    def on_retract(self, req: Request, now_s: float) -> None:
+        """A running request went back to the waiting queue (no new arrival, no lift)."""
+        self.waiting[req.client] = self.waiting.get(req.client, 0) + 1
+
+    # ------------------------------------------------------------ state
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able state for dashboards: parameters, quantum and per-client counters."""
+        clients = {
+            c: {
+                "waiting": self.waiting.get(c, 0),
+                "service": self.service.get(c, 0.0),
+                "weight": self.weight(c),
+                **self._client_state(c),
+            }
+            for c in sorted(set(self.service) | set(self.waiting))
+        }
+        return {
+            "policy": self.name,
+            "params": dict(self.p),
+            "quantum": self.quantum,
+            "cost": self.cost.name,
+            "clients": clients,
+        }
+
+    def backlogged_clients(self) -> set[str]:
+        """Clients with at least one waiting request."""
+        return {c for c, n in self.waiting.items() if n > 0}
+
+    # ------------------------------------------------------------ hooks for subclasses
+    def _arrive(self, req: Request, now_s: float) -> None:
+        """Called before the request is counted as waiting (VTC's lift needs that)."""
+
+    def _admitted(self, req: Request, extend_tokens: int, now_s: float) -> None:
+        """Called after an admission was charged."""
+
+    def _finished(self, req: Request, now_s: float) -> None:
+        """Called when a request finishes or is aborted."""
+
+    def _on_service(self, client: str, weighted_amount: float) -> None:
+        """Called for every charge, with the amount divided by the client's weight."""
+
+    def _client_state(self, client: str) -> dict[str, Any]:
+        """Extra per-client fields for ``snapshot``."""
+        return {}
+
+    # ------------------------------------------------------------ internals
+    def _charge(self, client: str, amount: float) -> None:
+        self.service[client] = self.service.get(client, 0.0) + amount
+        self._on_service(client, amount / self.weight(client))
+
+    def _leave_waiting(self, client: str) -> None:
+        count = self.waiting.get(client, 0)
+        if count <= 0:
+            raise ConfigError(f"client {client!r} has no waiting request to admit or abort")
+        self.waiting[client] = count - 1
+
+
+_REGISTRY: dict[str, type[LocalPolicy]] = {}
+
+
+def register_local(cls: type[LocalPolicy]) -> type[LocalPolicy]:
+    """Class decorator: make a policy available by its ``name``."""
+    if cls.name in _REGISTRY:
+        raise ConfigError(f"local policy {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def local_policy_class(name: str) -> type[LocalPolicy]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError("local policy", name, list(_REGISTRY)) from None
+
+
+def local_policy_names() -> list[str]:
+    return list(_REGISTRY)

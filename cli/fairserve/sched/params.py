@@ -1,0 +1,102 @@
+"""Declared parameters of policies and dispatchers.
+
+Each policy declares its parameters once; the same declaration validates constructor
+arguments (no silent defaults for bad values), feeds ``fairserve policies`` and the CLI help.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fairserve.core.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One tunable parameter: name, type, default, meaning and valid range."""
+
+    name: str
+    kind: type
+    default: Any
+    description: str
+    minimum: float | None = None
+    exclusive_minimum: bool = False
+    allow_inf: bool = False
+
+    def validate(self, owner: str, value: Any) -> Any:
+        """Return ``value`` converted to the declared type, or raise a ConfigError."""
+        label = f"{owner}: parameter {self.name!r}"
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{label} must be true or false, got {value!r}")
+            return value
+        try:
+            number = float(value) if self.kind is float else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{label} must be a {self.kind.__name__}, got {value!r}"
+            ) from None
+        if isinstance(value, bool):
+            raise ConfigError(f"{label} must be a {self.kind.__name__}, got {value!r}")
+        if self.kind is int and float(value) != number:
+            raise ConfigError(f"{label} must be a whole number, got {value!r}")
+        if isinstance(number, float) and math.isnan(number):
+            raise ConfigError(f"{label} must be a number, got NaN")
+        if isinstance(number, float) and math.isinf(number) and not (self.allow_inf and number > 0):
+            raise ConfigError(f"{label} must be finite, got {value!r}")
+        self._check_minimum(label, number)
+        return number
+
+    def _check_minimum(self, label: str, number: float) -> None:
+        if self.minimum is None:
+            return
+        if self.exclusive_minimum and number <= self.minimum:
+            raise ConfigError(f"{label} must be > {self.minimum:g}, got {number:g}")
+        if not self.exclusive_minimum and number < self.minimum:
+            raise ConfigError(f"{label} must be >= {self.minimum:g}, got {number:g}")
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description for ``fairserve policies --json``."""
+        default = self.default
+        if isinstance(default, float) and math.isinf(default):
+            default = "inf"
+        out: dict[str, Any] = {
+            "name": self.name,
+            "type": self.kind.__name__,
+            "default": default,
+            "description": self.description,
+        }
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+            out["exclusive_minimum"] = self.exclusive_minimum
+        return out
+
+
+def resolve_params(
+    owner: str, declared: tuple[Param, ...], given: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Validate ``given`` against ``declared``; unknown names are an error, not ignored."""
+    known = {p.name: p for p in declared}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        expected = ", ".join(sorted(known)) or "no parameters"
+        raise ConfigError(f"{owner}: unknown parameter(s) {', '.join(unknown)}; expected {expected}")
+    return {
+        name: p.validate(owner, given[name]) if name in given else p.default
+        for name, p in known.items()
+    }
+
+
+QUANTUM = Param(
+    "quantum",
+    float,
+    512.0,
+    "deficit quantum Q^u added to a client's counter per round (service units)",
+    minimum=0.0,
+    exclusive_minimum=True,
+)
+W_E = Param("w_e", float, 1.0, "service per extend (uncached prompt) token", minimum=0.0)
+W_Q = Param("w_q", float, 2.0, "service per output token", minimum=0.0)

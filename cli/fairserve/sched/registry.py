@@ -1,0 +1,84 @@
+"""One place that loads every policy and dispatcher and answers by name.
+
+CLI choices, ``fairserve policies``, man pages and completions are built from here, never
+from hand-written lists.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from fairserve.core.cost import CostModel
+from fairserve.sched.dispatch.base import Dispatcher, dispatcher_class, dispatcher_names
+from fairserve.sched.local.base import LocalPolicy, local_policy_class, local_policy_names
+
+LOCAL_MODULES = ("fcfs", "lpm", "vtc", "dlpm", "rpm", "justitia")
+DISPATCH_MODULES = ("round_robin", "least_load", "cache_aware", "client_rr", "doubleq")
+
+_loaded = False
+
+
+def load_all() -> None:
+    """Import every implementation module so that its classes register themselves."""
+    global _loaded
+    if _loaded:
+        return
+    for module in LOCAL_MODULES:
+        importlib.import_module(f"fairserve.sched.local.{module}")
+    for module in DISPATCH_MODULES:
+        importlib.import_module(f"fairserve.sched.dispatch.{module}")
+    _loaded = True
+
+
+def local_policies() -> list[str]:
+    load_all()
+    return local_policy_names()
+
+
+def dispatchers() -> list[str]:
+    load_all()
+    return dispatcher_names()
+
+
+def make_local_policy(
+    name: str,
+    *,
+    cost: CostModel | None = None,
+    weights: Mapping[str, float] | None = None,
+    **params: Any,
+) -> LocalPolicy:
+    """Build a local policy by name; unknown names and bad parameters raise ConfigError."""
+    load_all()
+    return local_policy_class(name)(cost=cost, weights=weights, **params)
+
+
+def make_dispatcher(
+    name: str,
+    workers: Collection[str] = (),
+    *,
+    cost: CostModel | None = None,
+    weights: Mapping[str, float] | None = None,
+    **params: Any,
+) -> Dispatcher:
+    """Build a dispatcher by name; unknown names and bad parameters raise ConfigError."""
+    load_all()
+    return dispatcher_class(name)(list(workers), cost=cost, weights=weights, **params)
+
+
+def describe_all() -> dict[str, list[dict[str, Any]]]:
+    """Every registered policy and dispatcher with description and parameters (JSON-able)."""
+    load_all()
+    return {
+        "local_policies": [_describe(local_policy_class(n)) for n in local_policy_names()],
+        "dispatchers": [_describe(dispatcher_class(n)) for n in dispatcher_names()],
+    }
+
+
+def _describe(cls: type[LocalPolicy] | type[Dispatcher]) -> dict[str, Any]:
+    return {
+        "name": cls.name,
+        "description": cls.description,
+        "params": [p.describe() for p in cls.params],
+    }
