@@ -97,9 +97,10 @@ class StepEngine:
             self.running.append(req)
             return True
 
-        admitted = self.policy.select(
-            list(self.waiting), can_fit, lambda r: self.tree.match_len(r.prompt_key), float(self.now)
-        )
+        def match_len(req: Request) -> int:
+            return self.tree.match_len(req.prompt_key)
+
+        admitted = self.policy.select(list(self.waiting), can_fit, match_len, float(self.now))
         ids = {id(r) for r in admitted}
         self.waiting = [r for r in self.waiting if id(r) not in ids]
         for req in admitted:

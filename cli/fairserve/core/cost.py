@@ -30,7 +30,10 @@ from fairserve.core.types import Request
 class CostModel(Protocol):
     """Service charged for the two events every host reports."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Short name shown in snapshots (``tokens``, ``kv-token-time``, ``time``)."""
+        ...
 
     def admit_cost(self, req: Request, extend_tokens: int) -> float:
         """Service of computing ``extend_tokens`` prompt tokens of ``req``."""

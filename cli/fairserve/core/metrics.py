@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -148,6 +149,6 @@ def windowed_service_rates(
 
 
 def _check_ordered(samples: Sequence[ServiceSample]) -> None:
-    for a, b in zip(samples, samples[1:], strict=False):
+    for a, b in itertools.pairwise(samples):
         if b.t_s < a.t_s:
             raise ConfigError("service samples must be in time order")

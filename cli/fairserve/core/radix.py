@@ -165,9 +165,8 @@ class RadixTree:
         """Mark the matched prefix of ``key`` as just used (LRU); returns its length."""
         self._tick += 1
         node, matched = self._walk_full_nodes(key)
-        while node is not None and node is not self._root:
-            node.last_access = self._tick
-            node = node.parent
+        for cur in self._path_to_root(node):
+            cur.last_access = self._tick
         return matched
 
     def lock(self, key: bytes) -> int:
@@ -177,20 +176,19 @@ class RadixTree:
         changes that prefix's shape through eviction (insertions are fine)."""
         node, matched = self._walk_full_nodes(key, split_partial=True)
         self._tick += 1
-        while node is not None and node is not self._root:
-            node.ref += 1
-            node.last_access = self._tick
-            node = node.parent
+        for cur in self._path_to_root(node):
+            cur.ref += 1
+            cur.last_access = self._tick
         return matched
 
     def unlock(self, key: bytes) -> None:
         """Release a ``lock`` taken on ``key``."""
         node, _ = self._walk_full_nodes(key)
-        while node is not None and node is not self._root:
-            if node.ref <= 0:
-                raise ConfigError("unlock without a matching lock")
-            node.ref -= 1
-            node = node.parent
+        path = list(self._path_to_root(node))
+        if any(cur.ref <= 0 for cur in path):
+            raise ConfigError("unlock without a matching lock")
+        for cur in path:
+            cur.ref -= 1
 
     def evict(self, num_tokens: int) -> list[bytes]:
         """Free at least ``num_tokens`` from LRU unreferenced leaves (or all that can go).
@@ -255,9 +253,9 @@ class RadixTree:
             removed.append(self._full_key(leaf))
             parent = leaf.parent
             self._drop_owner_subtree(leaf, owner)
-            if parent is not None and parent is not self._root and owner in parent.owners:
-                if not any(owner in c.owners for c in parent.children.values()):
-                    heapq.heappush(heap, (parent.last_access, id(parent), parent))
+            if self._is_owner_leaf(parent, owner):
+                assert parent is not None
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
         return removed
 
     # ------------------------------------------------------------------ internals
@@ -277,6 +275,19 @@ class RadixTree:
                 stack.extend(below)
             else:
                 yield node
+
+    def _is_owner_leaf(self, node: _Node | None, owner: Owner) -> bool:
+        """True when ``owner`` holds ``node`` but none of its children."""
+        if node is None or node is self._root or owner not in node.owners:
+            return False
+        return not any(owner in c.owners for c in node.children.values())
+
+    def _path_to_root(self, node: _Node) -> Iterator[_Node]:
+        """``node`` and its ancestors, root excluded."""
+        cur: _Node | None = node
+        while cur is not None and cur is not self._root:
+            yield cur
+            cur = cur.parent
 
     def _walk_full_nodes(self, key: bytes, split_partial: bool = False) -> tuple[_Node, int]:
         """Deepest node whose path is a prefix of ``key``; optionally split a partial edge."""

@@ -36,9 +36,7 @@ class Param:
         try:
             number = float(value) if self.kind is float else int(value)
         except (TypeError, ValueError):
-            raise ConfigError(
-                f"{label} must be a {self.kind.__name__}, got {value!r}"
-            ) from None
+            raise ConfigError(f"{label} must be a {self.kind.__name__}, got {value!r}") from None
         if isinstance(value, bool):
             raise ConfigError(f"{label} must be a {self.kind.__name__}, got {value!r}")
         if self.kind is int and float(value) != number:
@@ -83,7 +81,8 @@ def resolve_params(
     unknown = sorted(set(given) - set(known))
     if unknown:
         expected = ", ".join(sorted(known)) or "no parameters"
-        raise ConfigError(f"{owner}: unknown parameter(s) {', '.join(unknown)}; expected {expected}")
+        names = ", ".join(unknown)
+        raise ConfigError(f"{owner}: unknown parameter(s) {names}; expected {expected}")
     return {
         name: p.validate(owner, given[name]) if name in given else p.default
         for name, p in known.items()
