@@ -137,7 +137,12 @@ class PiecewiseLinearBatchTime:
 
     def capacity_tokens_per_s(self, max_token_load: int) -> float:
         """Throughput at a full token budget: ``b_max / t(b_max)``."""
-        return max_token_load / self.batch_time_s(max_token_load, 0)
+        if max_token_load <= 0:
+            raise ConfigError(f"max_token_load must be > 0, got {max_token_load}")
+        step_s = self.batch_time_s(max_token_load, 0)
+        if step_s <= 0:
+            raise ConfigError("batch time is zero at the full token budget: no capacity bound")
+        return max_token_load / step_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ def jain_index(values: Iterable[float]) -> float:
 
     An empty input or all zeros is perfectly fair (1.0): nobody got anything."""
     xs = [float(v) for v in values]
-    if any(x < 0 or math.isnan(x) for x in xs):
-        raise ConfigError("jain_index needs non-negative numbers")
+    if any(x < 0 or not math.isfinite(x) for x in xs):
+        raise ConfigError("jain_index needs finite non-negative numbers")
     squares = sum(x * x for x in xs)
     if not xs or squares == 0:
         return 1.0
@@ -131,6 +131,8 @@ def windowed_service_rates(
     client, all of the same length (windows with no service are 0)."""
     if window_s <= 0 or not math.isfinite(window_s):
         raise ConfigError(f"window_s must be a positive number, got {window_s}")
+    if end_s is not None and (end_s < 0 or not math.isfinite(end_s)):
+        raise ConfigError(f"end_s must be a non-negative number, got {end_s}")
     items = list(events)
     if not items and end_s is None:
         return {}

@@ -81,6 +81,7 @@ class RadixTree:
         self._tick = 0
         self.total_tokens = 0
         self._owner_tokens: dict[Owner, int] = {}
+        self._locks: dict[bytes, list[int]] = {}  # key -> tokens each of its locks took
 
     # ------------------------------------------------------------------ queries
     def match_len(self, key: bytes) -> int:
@@ -100,8 +101,8 @@ class RadixTree:
 
     def match_owners(self, key: bytes) -> OwnerMatch:
         """Longest prefix of ``key`` held by some owner, and all owners holding it."""
+        # The owners are copied once, at the end: a set per edge walked would dominate.
         node, pos = self._root, 0
-        best_tokens, best_owners = 0, frozenset[Owner]()
         n = len(key)
         while pos < n:
             child = node.children.get(key[pos : pos + TOKEN_BYTES])
@@ -110,11 +111,10 @@ class RadixTree:
             if key.startswith(child.edge, pos):
                 pos += len(child.edge)
                 node = child
-                best_tokens, best_owners = pos // TOKEN_BYTES, frozenset(child.owners)
                 continue
             shared = _common_tokens(key, pos, child.edge)
             return OwnerMatch(pos // TOKEN_BYTES + shared, frozenset(child.owners))
-        return OwnerMatch(best_tokens, best_owners)
+        return OwnerMatch(pos // TOKEN_BYTES, frozenset(node.owners))
 
     def owner_tokens(self, owner: Owner) -> int:
         """Tokens the tree records as cached by ``owner``."""
@@ -162,9 +162,12 @@ class RadixTree:
         return added
 
     def touch(self, key: bytes) -> int:
-        """Mark the matched prefix of ``key`` as just used (LRU); returns its length."""
+        """Mark the matched prefix of ``key`` as just used (LRU); returns its length.
+
+        A match that ends inside an edge splits it there, so exactly the used prefix is
+        refreshed and the returned length equals ``match_len``."""
         self._tick += 1
-        node, matched = self._walk_full_nodes(key)
+        node, matched = self._walk_full_nodes(key, split_partial=True)
         for cur in self._path_to_root(node):
             cur.last_access = self._tick
         return matched
@@ -172,9 +175,11 @@ class RadixTree:
     def lock(self, key: bytes) -> int:
         """Protect the matched prefix of ``key`` from eviction; returns the tokens locked.
 
-        Every ``lock`` must be paired with an ``unlock`` of the same key *before* the tree
-        changes that prefix's shape through eviction (insertions are fine)."""
+        Pair every ``lock`` with an ``unlock`` of the same key (also when it locked 0
+        tokens). Locked nodes are never evicted or pruned, so the locked path keeps its
+        node boundaries until the unlock; insertions below it are fine."""
         node, matched = self._walk_full_nodes(key, split_partial=True)
+        self._locks.setdefault(key, []).append(matched)
         self._tick += 1
         for cur in self._path_to_root(node):
             cur.ref += 1
@@ -182,12 +187,21 @@ class RadixTree:
         return matched
 
     def unlock(self, key: bytes) -> None:
-        """Release a ``lock`` taken on ``key``."""
-        node, _ = self._walk_full_nodes(key)
-        path = list(self._path_to_root(node))
-        if any(cur.ref <= 0 for cur in path):
+        """Release a ``lock`` taken on ``key``.
+
+        The tree may have grown below the locked prefix since the lock (the host inserted
+        the computed prompt), so the tree remembers how many tokens each lock took and
+        releases exactly those; of several locks on one key it releases the shortest, which
+        keeps the longer ones protected. Raises ConfigError when ``key`` holds no lock."""
+        counts = self._locks.get(key)
+        if not counts:
             raise ConfigError("unlock without a matching lock")
-        for cur in path:
+        tokens = min(counts)
+        counts.remove(tokens)
+        if not counts:
+            del self._locks[key]
+        node, _ = self._walk_full_nodes(key[: tokens * TOKEN_BYTES])
+        for cur in self._path_to_root(node):
             cur.ref -= 1
 
     def evict(self, num_tokens: int) -> list[bytes]:

@@ -21,8 +21,11 @@ ANONYMOUS_CLIENT = "anonymous"
 
 
 def tokens_to_key(tokens: Iterable[int]) -> bytes:
-    """Pack token ids into a token key (4 bytes per token)."""
-    packed = array("I", tokens)
+    """Pack token ids into a token key (4 bytes per token); ids must fit in uint32."""
+    try:
+        packed = array("I", tokens)
+    except OverflowError:
+        raise ConfigError("token ids must be integers within 0..2**32-1") from None
     if packed.itemsize != TOKEN_BYTES:  # pragma: no cover - exotic platforms only
         raise RuntimeError("array('I') is not 32-bit on this platform")
     return packed.tobytes()

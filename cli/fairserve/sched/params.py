@@ -14,6 +14,9 @@ from typing import Any
 from fairserve.core.errors import ConfigError
 
 
+_KIND_WORDS: dict[type, str] = {int: "an integer", float: "a number", bool: "true or false"}
+
+
 @dataclass(frozen=True, slots=True)
 class Param:
     """One tunable parameter: name, type, default, meaning and valid range."""
@@ -25,10 +28,18 @@ class Param:
     minimum: float | None = None
     exclusive_minimum: bool = False
     allow_inf: bool = False
+    choices: tuple[str, ...] = ()
+    """For ``kind=str``: the accepted values (a string parameter is always an enumeration)."""
 
     def validate(self, owner: str, value: Any) -> Any:
         """Return ``value`` converted to the declared type, or raise a ConfigError."""
         label = f"{owner}: parameter {self.name!r}"
+        if self.kind is str:
+            if value not in self.choices:
+                raise ConfigError(
+                    f"{label} must be one of: {', '.join(self.choices)}; got {value!r}"
+                )
+            return value
         if self.kind is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"{label} must be true or false, got {value!r}")
@@ -36,9 +47,9 @@ class Param:
         try:
             number = float(value) if self.kind is float else int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{label} must be a {self.kind.__name__}, got {value!r}") from None
+            raise ConfigError(f"{label} must be {_KIND_WORDS[self.kind]}, got {value!r}") from None
         if isinstance(value, bool):
-            raise ConfigError(f"{label} must be a {self.kind.__name__}, got {value!r}")
+            raise ConfigError(f"{label} must be {_KIND_WORDS[self.kind]}, got {value!r}")
         if self.kind is int and float(value) != number:
             raise ConfigError(f"{label} must be a whole number, got {value!r}")
         if isinstance(number, float) and math.isnan(number):
@@ -67,6 +78,8 @@ class Param:
             "default": default,
             "description": self.description,
         }
+        if self.choices:
+            out["choices"] = list(self.choices)
         if self.minimum is not None:
             out["minimum"] = self.minimum
             out["exclusive_minimum"] = self.exclusive_minimum

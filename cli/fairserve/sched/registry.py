@@ -7,7 +7,7 @@ from hand-written lists.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from fairserve.core.cost import CostModel
@@ -33,13 +33,27 @@ def load_all() -> None:
 
 
 def local_policies() -> list[str]:
+    """Registered local policies in canonical order (module order, then registration)."""
     load_all()
-    return local_policy_names()
+    return _canonical(local_policy_names(), LOCAL_MODULES, local_policy_class)
 
 
 def dispatchers() -> list[str]:
+    """Registered dispatchers in canonical order (module order, then registration)."""
     load_all()
-    return dispatcher_names()
+    return _canonical(dispatcher_names(), DISPATCH_MODULES, dispatcher_class)
+
+
+def _canonical(
+    names: list[str], modules: tuple[str, ...], lookup: Callable[[str], type]
+) -> list[str]:
+    """Order that does not depend on which test or command imported a module first."""
+
+    def rank(item: tuple[int, str]) -> tuple[int, int]:
+        module = lookup(item[1]).__module__.rsplit(".", 1)[-1]
+        return (modules.index(module) if module in modules else len(modules), item[0])
+
+    return [name for _, name in sorted(enumerate(names), key=rank)]
 
 
 def make_local_policy(
@@ -71,8 +85,8 @@ def describe_all() -> dict[str, list[dict[str, Any]]]:
     """Every registered policy and dispatcher with description and parameters (JSON-able)."""
     load_all()
     return {
-        "local_policies": [_describe(local_policy_class(n)) for n in local_policy_names()],
-        "dispatchers": [_describe(dispatcher_class(n)) for n in dispatcher_names()],
+        "local_policies": [_describe(local_policy_class(n)) for n in local_policies()],
+        "dispatchers": [_describe(dispatcher_class(n)) for n in dispatchers()],
     }
 
 

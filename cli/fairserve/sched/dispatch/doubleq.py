@@ -1,0 +1,200 @@
+"""DoubleQ (D²LPM) global dispatch: DoubleQ paper, Algorithm 2.
+
+Each client ``i`` has a deficit counter ``q[i][w]`` per worker ``w`` (starting at 0) and
+every worker a quantum ``Q^w`` (``worker_quantum``). For a request of client ``i``:
+
+1. ``G`` = the available workers that hold the request's longest prefix in the global tree
+   (empty when no worker holds any of it).
+2. SELECTWORKER: ``G_avail`` = available workers with ``q[i][w] > 0``. *While* ``G_avail``
+   is empty, every available worker's counter gets ``+Q^w`` (done in one step: the number
+   of refills needed is computed, not looped). Then the least-loaded worker (fewest
+   outstanding requests ``s_w``, ties in worker order) of ``G ∩ G_avail`` if that is
+   non-empty, else of ``G_avail``.
+3. At dispatch ``q[i][w] −= w_e·input_tokens / weight(i)`` and the prompt is recorded in the
+   global tree with owner ``w``; at finish ``q[i][w] −= w_q·output_tokens / weight(i)``;
+   worker evictions prune the tree.
+
+The paper's pseudo-code has two typos, read here as its text says: the refill loop runs
+*while* ``G_avail`` is empty (it prints ``≠``), and the cached set ``G ∩ G_avail`` is
+preferred when non-empty (it prints the branches swapped).
+
+So a client sticks to the worker caching its prefix until it has used that worker's quantum
+while it still has credit elsewhere; spreading every backlogged client over all workers is
+what lets the per-worker DLPM bounds add up to the global ``2·|W|·(U + Q^u)`` (Theorem 5.1).
+``Q^w = inf`` never forces a client away (Preble-like stickiness), and is unfair
+(Theorem A.5).
+
+Default ``Q^w`` = 2048: the fair end of the paper's sweep (2000…40000, Fig. 10, where Jain
+falls from 0.855 to 0.83 as ``Q^w`` grows): about two typical requests' service before a
+client must spread, which keeps prefix locality for a burst while bounding how unevenly one
+client loads the workers. Raise it for long shared prefixes (long-document QA).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fairserve.core.cost import CostModel
+from fairserve.core.errors import ConfigError
+from fairserve.core.types import Request
+from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
+from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS, WorkerPrefixTree
+from fairserve.sched.params import W_E, W_Q, Param
+
+WORKER_QUANTUM = Param(
+    "worker_quantum",
+    float,
+    2048.0,
+    "per-worker quantum Q^w added to a client's per-worker deficit counters per round"
+    " (service units; inf = never force a client off its cached worker)",
+    minimum=0.0,
+    exclusive_minimum=True,
+    allow_inf=True,
+)
+
+
+def json_number(value: float) -> float | str:
+    """Infinite values as ``"inf"``/``"-inf"``: JSON has no infinity."""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return json_number(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+@register_dispatcher
+class DoubleQ(Dispatcher):
+    """Per-client-per-worker deficit counters over a global prefix-owner tree."""
+
+    name = "doubleq"
+    description = "prefix locality bounded by per-client per-worker deficits (DoubleQ, fair)"
+    params = (WORKER_QUANTUM, W_E, W_Q, MAX_TREE_TOKENS)
+
+    def __init__(
+        self,
+        workers: Sequence[str] = (),
+        *,
+        cost: CostModel | None = None,
+        weights: Mapping[str, float] | None = None,
+        **params: Any,
+    ) -> None:
+        self.prefixes = WorkerPrefixTree()
+        self.deficits: dict[str, dict[str, float]] = {}
+        self.refills: dict[str, int] = {}
+        super().__init__(workers, cost=cost, weights=weights, **params)
+        self.prefixes.max_tokens_per_worker = self.p["max_tree_tokens_per_worker"]
+
+    # ------------------------------------------------------------ quantum
+    @property
+    def quantum(self) -> float:
+        return float(self.p["worker_quantum"])
+
+    def set_quantum(self, quantum: float) -> None:
+        """Set ``Q^w`` live. Counters left infinite by ``Q^w = inf`` restart at 0, so that
+        leaving ``inf`` brings the deficits back into play."""
+        value = WORKER_QUANTUM.validate(f"dispatcher {self.name}", quantum)
+        self.p["worker_quantum"] = value
+        if math.isinf(value):
+            return
+        for counters in self.deficits.values():
+            for worker, q in counters.items():
+                if math.isinf(q):
+                    counters[worker] = 0.0
+
+    # ------------------------------------------------------------ decisions
+    def counters(self, client: str) -> dict[str, float]:
+        """The client's per-worker deficit counters (created at 0 on first sight)."""
+        counters = self.deficits.get(client)
+        if counters is None:
+            counters = self.deficits[client] = dict.fromkeys(self.workers, 0.0)
+            self.refills[client] = 0
+        return counters
+
+    def _choose(self, req: Request, candidates: list[str]) -> str:
+        counters = self.counters(req.client)
+        avail = [w for w in candidates if counters[w] > 0]
+        if not avail:
+            avail = self._refill(req.client, counters, candidates)
+        owners = self.prefixes.match(req.prompt_key).owners
+        cached = [w for w in avail if w in owners] if owners else []
+        # ``min`` keeps the first of equal loads, and lists are in worker order.
+        return min(cached or avail, key=self.outstanding.__getitem__)
+
+    def _refill(self, client: str, counters: dict[str, float], candidates: list[str]) -> list[str]:
+        """Add ``Q^w`` to every available counter as many times as it takes for one to turn
+        positive (Algorithm 2, lines 5–6, without looping once per quantum)."""
+        quantum = self.quantum
+        best = max(counters[w] for w in candidates)
+        rounds = 1 if math.isinf(quantum) else math.floor(-best / quantum) + 1
+        while True:
+            for w in candidates:
+                counters[w] += rounds * quantum
+            self.refills[client] += rounds
+            avail = [w for w in candidates if counters[w] > 0]
+            if avail:
+                return avail
+            rounds = 1  # float rounding left every counter at 0: one more quantum
+
+    def _dispatched(self, req: Request, worker: str) -> None:
+        charge = self.cost.admit_cost(req, req.input_tokens) / self.weight(req.client)
+        self.counters(req.client)[worker] -= charge
+        self.prefixes.record(req.prompt_key, worker)
+
+    def _finished(self, req: Request, worker: str, output_tokens: int) -> None:
+        self._charge_output(req, worker, output_tokens)
+
+    def _aborted(self, req: Request, worker: str) -> None:
+        # Tokens decoded before the abort were served; charge them like a finish.
+        self._charge_output(req, worker, req.output_tokens)
+
+    def _charge_output(self, req: Request, worker: str, output_tokens: int) -> None:
+        if output_tokens < 0:
+            raise ConfigError(f"request {req.id!r}: output_tokens {output_tokens} is negative")
+        inputs = req.input_tokens
+        # The whole prompt counts as cached here: the prompt was charged at dispatch.
+        charge = self.cost.request_cost(inputs, inputs, output_tokens) / self.weight(req.client)
+        self.counters(req.client)[worker] -= charge
+
+    # ------------------------------------------------------------ tree and workers
+    def on_evict(self, worker: str, prefix_key: bytes) -> None:
+        self._known(worker)
+        self.prefixes.evicted(worker, prefix_key)
+
+    def _worker_added(self, worker: str) -> None:
+        for counters in self.deficits.values():
+            counters[worker] = 0.0
+
+    def _worker_removed(self, worker: str) -> None:
+        self.prefixes.forget(worker)
+        for counters in self.deficits.values():
+            del counters[worker]
+
+    # ------------------------------------------------------------ state
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-safe: infinite quanta and counters appear as ``"inf"``."""
+        return _json_safe(super().snapshot())  # type: ignore[no-any-return]
+
+    def _worker_state(self, worker: str) -> dict[str, Any]:
+        return {"tree_tokens": self.prefixes.worker_tokens(worker)}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {
+            "worker_quantum": self.quantum,
+            "tree_tokens": self.prefixes.total_tokens,
+            "clients": {
+                client: {
+                    "weight": self.weight(client),
+                    "refills": self.refills[client],
+                    "deficits": dict(counters),
+                }
+                for client, counters in sorted(self.deficits.items())
+            },
+        }

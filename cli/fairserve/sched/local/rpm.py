@@ -1,0 +1,72 @@
+"""Requests-per-minute limit: the common production baseline the fair schedulers replace.
+
+Each client may have at most ``limit_per_min`` requests *accepted* in any sliding 60-second
+window; an arrival over the limit is refused with
+:class:`~fairserve.core.errors.RequestRejected` (hosts answer HTTP 429 with
+``Retry-After``). Accepted requests are admitted first come, first served. Isolation comes
+only from the cap, so capacity that a capped client could have used stays idle whenever
+the others are quiet — the waste VTC and DLPM avoid (VTC §1).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from fairserve.core.errors import RequestRejected
+from fairserve.core.types import Request
+from fairserve.sched.local.base import LocalPolicy, register_local
+from fairserve.sched.params import Param
+
+WINDOW_S = 60.0
+"""Length of the sliding window, seconds (a minute, by the limit's definition)."""
+
+LIMIT_PER_MIN = Param(
+    "limit_per_min",
+    int,
+    60,
+    "requests accepted per client in any sliding 60 s window; more are rejected (429)",
+    minimum=0,
+    exclusive_minimum=True,
+)
+
+
+@register_local
+class RPM(LocalPolicy):
+    """FCFS behind a per-client sliding-window request cap."""
+
+    name = "rpm"
+    description = "per-client requests-per-minute cap (excess rejected with 429), then FCFS"
+    params = (LIMIT_PER_MIN,)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._accepted_s: dict[str, deque[float]] = {}
+        self.rejected: dict[str, int] = {}
+
+    def _arrive(self, req: Request, now_s: float) -> None:
+        """Refuse before the request is counted as waiting (it never enters the queue)."""
+        self.service.setdefault(req.client, 0.0)  # a refused client still shows up
+        window = self._window(req.client, now_s)
+        if len(window) >= self.p["limit_per_min"]:
+            retry_after_s = max(window[0] + WINDOW_S - now_s, 1e-9)
+            self.rejected[req.client] = self.rejected.get(req.client, 0) + 1
+            raise RequestRejected(
+                req.client,
+                f"over the limit of {self.p['limit_per_min']} requests per minute",
+                retry_after_s,
+            )
+        window.append(now_s)
+
+    def _window(self, client: str, now_s: float) -> deque[float]:
+        """The client's accepted arrival times within the last ``WINDOW_S``, oldest first."""
+        window = self._accepted_s.setdefault(client, deque())
+        while window and window[0] <= now_s - WINDOW_S:
+            window.popleft()
+        return window
+
+    def _client_state(self, client: str) -> dict[str, Any]:
+        return {
+            "accepted_in_window": len(self._accepted_s.get(client, ())),
+            "rejected": self.rejected.get(client, 0),
+        }

@@ -1,0 +1,71 @@
+"""Helpers that run the real ``fairserve`` executable and real shells, as users do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def fairserve_exe() -> Path:
+    """The console script installed next to this interpreter (``pip install -e .``)."""
+    exe = Path(sys.executable).parent / ("fairserve.exe" if os.name == "nt" else "fairserve")
+    assert exe.exists(), f"{exe} missing: install the project with pip install -e '.[test]'"
+    return exe
+
+
+@pytest.fixture
+def run_cli(fairserve_exe: Path) -> RunCli:
+    """Run ``fairserve ARGS...`` in a subprocess with no stdin and no terminal."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items() if k != "FAIRSERVE_DEBUG"}
+        full_env.update({"NO_COLOR": "1", "COLUMNS": "120", **(env or {})})
+        return subprocess.run(
+            [str(fairserve_exe), *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            timeout=60,
+            check=False,
+        )
+
+    return run
+
+
+def complete_words(shell: str, script: str, *words: str) -> list[str]:
+    """What ``shell`` offers after ``script`` is loaded and ``words`` are typed.
+
+    The first word is the program; the last is the one being completed ("" for a fresh
+    word). Skips the test when the shell is not installed.
+    """
+    exe = shutil.which(shell)
+    if exe is None:
+        pytest.skip(f"{shell} not installed")
+    if shell == "bash":
+        quoted = " ".join(f"'{w}'" for w in words)
+        program = (
+            f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\n"
+            f"COMPREPLY=(); _{words[0]}; printf '%s\\n' \"${{COMPREPLY[@]}}\"\n"
+        )
+        argv = [exe, "--norc", "--noprofile"]
+    elif shell == "fish":
+        program = f"{script}\ncomplete -C '{' '.join(words)}'\n"
+        argv = [exe, "--no-config"]
+    else:
+        raise ValueError(f"no completion driver for {shell}")
+    result = subprocess.run(
+        argv, input=program, capture_output=True, text=True, timeout=60, check=True
+    )
+    return sorted(line.split("\t")[0] for line in result.stdout.splitlines() if line)
