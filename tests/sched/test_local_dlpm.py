@@ -282,3 +282,18 @@ def test_every_waiting_request_leaves_the_decision_admitted_or_tried() -> None:
     admitted = policy.select(reqs, can_fit, no_match, 0.0)
     assert sorted(tried) == sorted(r.id for r in reqs)
     assert {r.id for r in admitted} == {r.id for r in reqs if r.input_tokens % 3 == 0}
+
+
+def test_prefixes_shared_within_one_decision_are_not_charged_twice() -> None:
+    """Four requests on one uncached 300-token prefix admitted together: only the first
+    pays for it. Charging each the full prompt and refunding after the decision would
+    trigger refills on phantom costs and leave q far above Q^u (Lemma A.1: q <= Q^u)."""
+    policy = DLPM(quantum=100.0)
+    engine = StepEngine(policy, capacity_tokens=10_000)
+    for i in range(4):
+        engine.submit(prefix_request(f"r{i}", "a", "doc", 300, 10, 1))
+    engine.step()
+    assert engine.extend_total == 310 + 3 * 10
+    assert policy.refills == 4  # 1 for the first, 3 in one go to climb back from -210
+    assert policy.deficits["a"] == pytest.approx(4 * 100 - 340 - 4 * W_Q)  # 4 decoded
+    assert policy.deficits["a"] <= policy.quantum

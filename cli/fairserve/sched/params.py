@@ -13,7 +13,6 @@ from typing import Any
 
 from fairserve.core.errors import ConfigError
 
-
 _KIND_WORDS: dict[type, str] = {int: "an integer", float: "a number", bool: "true or false"}
 
 

@@ -20,11 +20,13 @@ refill. ``work_conserving=false`` leaves the fill out (Algorithm 1 exactly).
 
 Why not the simpler refinement "a client whose requests all failed ``can_fit`` is not
 backlogged for CHECKREFILL": the LPM-first client then takes the freed memory at every
-decision, is refilled every time, and a small-request client behind it gets nothing;
-randomised workloads broke the ``2·(U + Q^u)`` bound (1.3x) in 26 of 1,500 cases, the fill
-in none. The fill can still exceed it when one client's requests are persistently larger
-than the memory that frees up while others' small ones take it (memory fragmentation,
-which the bound's proof does not consider); with equal memory needs it cannot.
+decision, is refilled every time, and a small-request client behind it gets nothing.
+Over 1,500 randomised workloads it broke the ``2·(U + Q^u)`` bound in 16 (up to 1.37x);
+with the fill none did (worst 0.87 of the bound). The fill can still exceed it when one
+client's requests are persistently larger than the memory that frees up while others'
+small ones take it (fragmentation, which the proof does not consider). With equal memory
+needs the fill never admits anything (what does not fit for one fits for none), so the
+decisions are Algorithm 1's.
 
 **Cost of a decision.** ``match_len`` is called once per waiting request; the LPM sort is
 O(n log n) (:func:`lpm_sorted`); the passes of Algorithm 1 are replayed with a heap of
