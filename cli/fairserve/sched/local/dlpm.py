@@ -37,6 +37,7 @@ served), so a pass costs O(k + admitted + failed) heap operations for k clients,
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -50,10 +51,13 @@ from fairserve.sched.params import QUANTUM, W_E, W_Q, Param
 def lpm_sorted(waiting: Sequence[Request], matches: Sequence[int]) -> list[Request]:
     """:func:`~fairserve.sched.local.lpm.lpm_order` for match lengths already known.
 
-    Same order (longest match first, then arrival, then queue position), sorting plain
-    tuples so that the comparison runs in C: a third of the time for 1,000 requests."""
-    negated = [-m for m in matches]
+    Same order (longest match first, then arrival, then queue position). Hosts keep their
+    queue in arrival order, so usually one stable sort on the match length, keyed by a C
+    method, is enough; otherwise sort plain tuples (comparisons still run in C)."""
     arrivals = [r.arrival_s for r in waiting]
+    negated = [-m for m in matches]
+    if all(a <= b for a, b in pairwise(arrivals)):
+        return [waiting[i] for i in sorted(range(len(waiting)), key=negated.__getitem__)]
     keys = sorted(zip(negated, arrivals, range(len(waiting)), strict=True))
     return [waiting[k[2]] for k in keys]
 

@@ -1,28 +1,24 @@
-"""One DLPM batching decision: the passes of Algorithm 1 (lines 17-25) without O(n) rescans.
+"""One DLPM batching decision: the passes of Algorithm 1 (lines 17-25), in linear time.
 
-Algorithm 1 walks the LPM-ordered queue again and again. Walking it literally costs O(n)
-per pass, and a decision can need many passes (each pass a client whose deficit was
-refilled after its requests were passed gets another turn). The walk is replayed exactly
-with three observations:
+Algorithm 1 walks the LPM-ordered queue again and again until a walk changes nothing.
+Each walk here is one Python loop over the requests still in play, with O(1) work per
+request:
 
-* a pass visits, in queue order, each client's remaining requests in their own order, so
-  a heap of per-client cursors yields the same visiting order;
-* a client with ``q <= 0`` visited while some other backlogged client has ``q > 0`` is
-  skipped without a refill, and so are all its later requests until that changes — it is
-  *parked* and its cursor jumps past the skipped span when it is resumed;
-* the set of backlogged clients with ``q > 0`` is kept incrementally, so CHECKREFILL
-  (lines 3-5) is O(1) instead of a scan of the queue.
+* CHECKREFILL (lines 3-5) asks whether any client with queued requests has ``q > 0``; the
+  set of such clients is kept incrementally (``positive``) instead of scanning the queue;
+* a request that failed ``can_fit`` is not asked again in this decision (memory only
+  shrinks while admitting), but its client still has a queued request, so it still blocks
+  refills while it has ``q > 0`` — exactly as in the paper;
+* the next walk visits only the requests skipped for a non-positive deficit, in LPM order.
 
-"Backlogged" for CHECKREFILL means *has a request left in the queue*: an admitted request
-leaves it; one that failed ``can_fit`` leaves the decision (memory only shrinks while
-admitting) but stays queued, so its client still blocks refills while ``q > 0``; what
-still fits after the passes is admitted by the fill step (:mod:`fairserve.sched.local.dlpm`).
+After the walks, the optional *fill* admits, in LPM order, whatever still fits among the
+skipped requests, charged as usual (work conservation when every client with credit is
+blocked on memory; see :mod:`fairserve.sched.local.dlpm`).
 """
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 
 from fairserve.core.types import Request
@@ -32,7 +28,7 @@ Refill = Callable[[Collection[str]], None]
 
 
 class DecisionState:
-    """Candidates of one decision, per client, in LPM order, and who can be served now."""
+    """Requests still in play in one decision, queued counts per client, and who has credit."""
 
     def __init__(
         self,
@@ -41,87 +37,62 @@ class DecisionState:
         refill: Refill,
         fill: bool = True,
     ):
-        self.fill = fill
-        self.failed: set[str] = set()  # clients with a request that did not fit
         self.order = order
         self.deficits = deficits
         self._refill = refill
-        self.lists: dict[str, list[int]] = {}
-        for index, req in enumerate(order):
-            self.lists.setdefault(req.client, []).append(index)
-            deficits.setdefault(req.client, 0.0)  # a client never announced joins ``l`` too
-        self.positive: set[str] = {c for c in self.lists if deficits.get(c, 0.0) > 0}
+        self.fill = fill
+        self.queued: dict[str, int] = Counter(req.client for req in order)  # counts in C
+        for client in self.queued:
+            deficits.setdefault(client, 0.0)  # a client never announced joins ``l`` too
+        self.positive: set[str] = {c for c in self.queued if deficits[c] > 0}
 
     def run(self, can_fit: Callable[[Request], bool], admit: Callable[[Request], None]) -> None:
-        """Passes over the remaining candidates until one changes nothing."""
-        while self.lists and self._pass(can_fit, admit):
-            pass
-        if self.fill and self.lists:
-            self._fill(can_fit, admit)
+        """Walks over the requests in play until one changes nothing, then the fill."""
+        candidates = list(self.order)
+        while candidates:
+            skipped, progress = self._walk(candidates, can_fit, admit)
+            candidates = skipped
+            if not progress:
+                break
+        if self.fill:
+            for req in candidates:
+                if can_fit(req):
+                    self._admitted(req, admit)
 
-    def _fill(self, can_fit: Callable[[Request], bool], admit: Callable[[Request], None]) -> None:
-        """Work conservation: what still fits goes in, in LPM order, charged as usual.
-
-        Only clients with ``q <= 0`` have candidates left here (a client with ``q > 0`` and
-        candidates would have made the last pass progress)."""
-        for index in sorted(i for entries in self.lists.values() for i in entries):
-            req = self.order[index]
-            if can_fit(req):
-                admit(req)
-
-    # ------------------------------------------------------------ one pass
-    def _pass(self, can_fit: Callable[[Request], bool], admit: Callable[[Request], None]) -> bool:
-        """Lines 18-25 once over the remaining candidates; True when anything changed."""
-        lists, deficits, order, positive = self.lists, self.deficits, self.order, self.positive
-        cursor = dict.fromkeys(lists, 0)
-        heap = [(entries[0], c) for c, entries in lists.items()]
-        heapq.heapify(heap)
-        parked: list[str] = []
-        progress = False
-        while heap:
-            index, client = heap[0]
-            if deficits[client] <= 0:
-                if not positive:  # CHECKREFILL finds nobody to serve first
-                    backlogged = lists.keys() | self.failed
-                    self._refill(backlogged)
-                    positive.update(c for c in backlogged if deficits[c] > 0)
-                    progress = True
-                    self._resume(parked, index, cursor, heap)  # pushes only after ``index``
-                if deficits[client] <= 0:
-                    heapq.heappop(heap)
-                    parked.append(client)
-                    continue
-            entries = lists[client]
-            position = cursor[client]
-            req = order[entries.pop(position)]  # leaves the decision, fitting or not
-            if can_fit(req):
-                admit(req)
-            else:
-                self.failed.add(client)  # still backlogged: it blocks refills (line 5)
-            progress = True
-            if position < len(entries):
-                heapq.heapreplace(heap, (entries[position], client))
-            else:
-                heapq.heappop(heap)
-            if not entries:
-                del lists[client]
-            if deficits[client] <= 0 or (client not in lists and client not in self.failed):
-                positive.discard(client)
-            if not positive and parked:  # the next visit, whoever's, runs CHECKREFILL
-                self._resume(parked, index, cursor, heap)
-        return progress
-
-    def _resume(
+    def _walk(
         self,
-        parked: list[str],
-        index: int,
-        cursor: dict[str, int],
-        heap: list[tuple[int, str]],
-    ) -> None:
-        """Parked clients continue with their first request after ``index``."""
-        for client in parked:
-            entries = self.lists[client]
-            cursor[client] = bisect_right(entries, index)
-            if cursor[client] < len(entries):
-                heapq.heappush(heap, (entries[cursor[client]], client))
-        parked.clear()
+        candidates: list[Request],
+        can_fit: Callable[[Request], bool],
+        admit: Callable[[Request], None],
+    ) -> tuple[list[Request], bool]:
+        """Lines 18-25 once; returns the requests skipped for deficit and whether anything
+        changed (an admission, a request found not to fit, or a refill)."""
+        deficits, positive = self.deficits, self.positive
+        skipped: list[Request] = []
+        progress = False
+        for req in candidates:
+            client = req.client
+            if deficits[client] <= 0:
+                if not positive:
+                    self._check_refill()
+                    progress = True
+                if deficits[client] <= 0:
+                    skipped.append(req)
+                    continue
+            progress = True
+            if can_fit(req):
+                self._admitted(req, admit)
+        return skipped, progress
+
+    def _admitted(self, req: Request, admit: Callable[[Request], None]) -> None:
+        client = req.client
+        admit(req)  # charges the deficit through the policy
+        self.queued[client] -= 1
+        if self.queued[client] == 0 or self.deficits[client] <= 0:
+            self.positive.discard(client)
+
+    def _check_refill(self) -> None:
+        """Lines 6-7: nobody with queued requests has credit, so every ``q <= 0`` gets Q^u."""
+        backlogged = [c for c, n in self.queued.items() if n > 0]
+        self._refill(backlogged)
+        self.positive.update(c for c in backlogged if self.deficits[c] > 0)
