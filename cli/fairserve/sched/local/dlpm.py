@@ -37,8 +37,8 @@ served), so a pass costs O(k + admitted + failed) heap operations for k clients,
 from __future__ import annotations
 
 import math
-from itertools import pairwise
 from collections.abc import Collection, Sequence
+from itertools import pairwise
 from typing import Any
 
 from fairserve.core.radix import RadixTree
