@@ -29,9 +29,11 @@ needs the fill never admits anything (what does not fit for one fits for none), 
 decisions are Algorithm 1's.
 
 **Cost of a decision.** ``match_len`` is called once per waiting request; the LPM sort is
-O(n log n) (:func:`lpm_sorted`); the passes of Algorithm 1 are replayed with a heap of
-per-client cursors and *parked* clients (``q <= 0`` while someone else can still be
-served), so a pass costs O(k + admitted + failed) heap operations for k clients, not O(n).
+O(n log n) (:func:`lpm_sorted`); each pass of Algorithm 1 is one loop with O(1) work per
+request (CHECKREFILL keeps the set of queued clients with credit incrementally, see
+:mod:`~fairserve.sched.local.dlpm_pass`), and a later pass visits only the requests the
+previous one skipped for deficit. A decision over 1,000 waiting requests takes ~0.85 ms on
+a 2-core CI container (``tests/perf``).
 """
 
 from __future__ import annotations
