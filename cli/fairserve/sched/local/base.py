@@ -158,7 +158,7 @@ class LocalPolicy(ABC):
                 "weight": self.weight(c),
                 **self._client_state(c),
             }
-            for c in sorted(set(self.service) | set(self.waiting))
+            for c in sorted(set(self.service) | set(self.waiting) | set(self.weights))
         }
         return {
             "policy": self.name,
