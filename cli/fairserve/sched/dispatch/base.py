@@ -53,6 +53,7 @@ class Dispatcher(ABC):
         self.outstanding: dict[str, int] = {}
         self.outstanding_tokens: dict[str, int] = {}
         self.dispatched: dict[str, int] = {}
+        self._init_state()
         for worker in workers:
             self.add_worker(worker)
 
@@ -139,6 +140,10 @@ class Dispatcher(ABC):
     @abstractmethod
     def _choose(self, req: Request, candidates: list[str]) -> str:
         """Pick one of ``candidates`` (non-empty, in worker order)."""
+
+    def _init_state(self) -> None:
+        """Set up subclass state; runs after ``self.p`` is resolved, before workers are added
+        (``_worker_added`` may need it), so subclasses need no constructor of their own."""
 
     def _dispatched(self, req: Request, worker: str) -> None: ...
 

@@ -14,10 +14,9 @@ LRU bound) is shared with DoubleQ.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from fairserve.core.cost import CostModel
 from fairserve.core.errors import ConfigError
 from fairserve.core.radix import OwnerMatch, RadixTree
 from fairserve.core.types import Request
@@ -106,23 +105,14 @@ class CacheAware(Dispatcher):
     description = "longest cached prefix while load is balanced (Preble/sglang-router, unfair)"
     params = (CACHE_THRESHOLD, BALANCE_ABS, BALANCE_REL, MAX_TREE_TOKENS)
 
-    def __init__(
-        self,
-        workers: Sequence[str] = (),
-        *,
-        cost: CostModel | None = None,
-        weights: Mapping[str, float] | None = None,
-        **params: Any,
-    ) -> None:
-        self.prefixes = WorkerPrefixTree()
-        self.decisions = {"cache": 0, "balance": 0}
-        super().__init__(workers, cost=cost, weights=weights, **params)
+    def _init_state(self) -> None:
         if self.p["cache_threshold"] > 1.0:
             raise ConfigError(
                 f"dispatcher {self.name}: parameter 'cache_threshold' must be <= 1,"
                 f" got {self.p['cache_threshold']:g}"
             )
-        self.prefixes.max_tokens_per_worker = self.p["max_tree_tokens_per_worker"]
+        self.prefixes = WorkerPrefixTree(self.p["max_tree_tokens_per_worker"])
+        self.decisions = {"cache": 0, "balance": 0}
 
     def imbalanced(self, candidates: Sequence[str]) -> bool:
         """sglang-router's test: both the absolute and the relative spread are exceeded."""

@@ -7,10 +7,8 @@ is the distributed VTC baseline. It ignores cache locality entirely.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fairserve.core.cost import CostModel
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
 from fairserve.sched.dispatch.round_robin import (
@@ -27,17 +25,9 @@ class ClientRoundRobin(Dispatcher):
     name = "client-rr"
     description = "round robin per client: spread each client's requests over all workers"
 
-    def __init__(
-        self,
-        workers: Sequence[str] = (),
-        *,
-        cost: CostModel | None = None,
-        weights: Mapping[str, float] | None = None,
-        **params: Any,
-    ) -> None:
+    def _init_state(self) -> None:
         self._next: dict[str, int] = {}
         self._fresh = 0
-        super().__init__(workers, cost=cost, weights=weights, **params)
 
     def _choose(self, req: Request, candidates: list[str]) -> str:
         # A new client starts where the global cycle stands, so that many one-request

@@ -33,10 +33,8 @@ client loads the workers. Raise it for long shared prefixes (long-document QA).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fairserve.core.cost import CostModel
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
@@ -78,19 +76,10 @@ class DoubleQ(Dispatcher):
     description = "prefix locality bounded by per-client per-worker deficits (DoubleQ, fair)"
     params = (WORKER_QUANTUM, W_E, W_Q, MAX_TREE_TOKENS)
 
-    def __init__(
-        self,
-        workers: Sequence[str] = (),
-        *,
-        cost: CostModel | None = None,
-        weights: Mapping[str, float] | None = None,
-        **params: Any,
-    ) -> None:
-        self.prefixes = WorkerPrefixTree()
+    def _init_state(self) -> None:
+        self.prefixes = WorkerPrefixTree(self.p["max_tree_tokens_per_worker"])
         self.deficits: dict[str, dict[str, float]] = {}
         self.refills: dict[str, int] = {}
-        super().__init__(workers, cost=cost, weights=weights, **params)
-        self.prefixes.max_tokens_per_worker = self.p["max_tree_tokens_per_worker"]
 
     # ------------------------------------------------------------ quantum
     @property
