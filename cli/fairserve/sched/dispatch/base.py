@@ -162,12 +162,10 @@ class Dispatcher(ABC):
         return {}
 
     # ------------------------------------------------------------ helpers
-    def least_outstanding(self, candidates: Collection[str]) -> str:
-        """Worker with the fewest outstanding requests; ties go to the first in worker order."""
-        return min(candidates, key=self._order_key)
-
-    def _order_key(self, worker: str) -> tuple[int, int]:
-        return (self.outstanding[worker], self.workers.index(worker))
+    def least_outstanding(self, candidates: Sequence[str]) -> str:
+        """Worker with the fewest outstanding requests; ties go to the first candidate
+        (candidates are kept in worker order, and ``min`` keeps the first of equal keys)."""
+        return min(candidates, key=self.outstanding.__getitem__)
 
     def _candidates(self, available: Collection[str] | None) -> list[str]:
         if available is None:

@@ -114,8 +114,7 @@ class DoubleQ(Dispatcher):
             avail = self._refill(req.client, counters, candidates)
         owners = self.prefixes.match(req.prompt_key).owners
         cached = [w for w in avail if w in owners] if owners else []
-        # ``min`` keeps the first of equal loads, and lists are in worker order.
-        return min(cached or avail, key=self.outstanding.__getitem__)
+        return self.least_outstanding(cached or avail)
 
     def _refill(self, client: str, counters: dict[str, float], candidates: list[str]) -> list[str]:
         """Add ``Q^w`` to every available counter as many times as it takes for one to turn
