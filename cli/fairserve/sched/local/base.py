@@ -168,10 +168,6 @@ class LocalPolicy(ABC):
             "clients": clients,
         }
 
-    def backlogged_clients(self) -> set[str]:
-        """Clients with at least one waiting request."""
-        return {c for c, n in self.waiting.items() if n > 0}
-
     # ------------------------------------------------------------ hooks for subclasses
     def _arrive(self, req: Request, now_s: float) -> None:
         """Called before the request is counted as waiting (VTC's lift needs that)."""

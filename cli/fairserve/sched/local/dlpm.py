@@ -40,29 +40,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from itertools import pairwise
 from typing import Any
 
 from fairserve.core.radix import RadixTree
 from fairserve.core.types import Request
 from fairserve.sched.local.base import CanFit, LocalPolicy, MatchLen, register_local
 from fairserve.sched.local.dlpm_pass import DecisionState
+from fairserve.sched.local.lpm import lpm_sorted
 from fairserve.sched.params import QUANTUM, W_E, W_Q, Param
-
-
-def lpm_sorted(waiting: Sequence[Request], matches: Sequence[int]) -> list[Request]:
-    """:func:`~fairserve.sched.local.lpm.lpm_order` for match lengths already known.
-
-    Same order (longest match first, then arrival, then queue position). Hosts keep their
-    queue in arrival order, so usually one stable sort on the match length, keyed by a C
-    method, is enough; otherwise sort plain tuples (comparisons still run in C)."""
-    arrivals = [r.arrival_s for r in waiting]
-    negated = [-m for m in matches]
-    if all(a <= b for a, b in pairwise(arrivals)):
-        return [waiting[i] for i in sorted(range(len(waiting)), key=negated.__getitem__)]
-    keys = sorted(zip(negated, arrivals, range(len(waiting)), strict=True))
-    return [waiting[k[2]] for k in keys]
-
 
 WORK_CONSERVING = Param(
     "work_conserving",

@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy, MatchLen, register_local
 
 
+def lpm_sorted(waiting: Sequence[Request], matches: Sequence[int]) -> list[Request]:
+    """Longest cached prefix first for match lengths already known.
+
+    Same order (longest match first, then arrival, then queue position). Hosts keep their
+    queue in arrival order, so usually one stable sort on the match length, keyed by a C
+    method, is enough; otherwise sort plain tuples (comparisons still run in C)."""
+    arrivals = [r.arrival_s for r in waiting]
+    negated = [-m for m in matches]
+    if all(a <= b for a, b in pairwise(arrivals)):
+        return [waiting[i] for i in sorted(range(len(waiting)), key=negated.__getitem__)]
+    keys = sorted(zip(negated, arrivals, range(len(waiting)), strict=True))
+    return [waiting[k[2]] for k in keys]
+
+
 def lpm_order(waiting: Sequence[Request], match_len: MatchLen) -> list[Request]:
-    """Longest cached prefix first; ties by arrival (stable, deterministic)."""
-    keyed = [(-match_len(r), r.arrival_s, i, r) for i, r in enumerate(waiting)]
-    keyed.sort(key=lambda t: (t[0], t[1], t[2]))
-    return [t[3] for t in keyed]
+    """Longest cached prefix first; ties by arrival, then queue position (deterministic)."""
+    return lpm_sorted(waiting, [match_len(r) for r in waiting])
 
 
 @register_local
