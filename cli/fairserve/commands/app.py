@@ -20,12 +20,14 @@ from typing import Annotated, NoReturn
 import typer
 
 import fairserve
-from fairserve.commands import policies
+from fairserve.commands import policies, simulate, worker
 from fairserve.commands.errors import ExitCode, report
 
 PROG_NAME = "fairserve"
 
 COMMANDS: dict[str, Callable[..., None]] = {
+    "simulate": simulate.simulate,
+    "worker": worker.worker,
     "policies": policies.policies,
 }
 """Command name → Typer command function (its docstring is the help text)."""

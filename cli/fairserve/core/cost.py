@@ -72,6 +72,9 @@ class WeightedTokenCost:
     def decode_cost(self, req: Request) -> float:
         return self.w_q
 
+    def decode_span_cost(self, req: Request, steps: int) -> float:
+        return self.w_q * steps
+
     def request_cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
         return self.w_e * max(0, input_tokens - cached_tokens) + self.w_q * output_tokens
 
@@ -91,6 +94,10 @@ class KVTokenTimeCost:
 
     def decode_cost(self, req: Request) -> float:
         return float(req.input_tokens + req.output_tokens)
+
+    def decode_span_cost(self, req: Request, steps: int) -> float:
+        last = req.input_tokens + req.output_tokens
+        return float(steps * last - steps * (steps - 1) / 2)
 
     def request_cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
         return kv_token_time(input_tokens, output_tokens)
@@ -177,6 +184,11 @@ class TimeCost:
 
     def decode_cost(self, req: Request) -> float:
         return self.token_s + self._attention_s(req.input_tokens + req.output_tokens)
+
+    def decode_span_cost(self, req: Request, steps: int) -> float:
+        last = req.input_tokens + req.output_tokens
+        attention = sum(self._attention_s(last - i) for i in range(steps))
+        return self.token_s * steps + attention
 
     def request_cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
         extend = max(0, input_tokens - cached_tokens)

@@ -80,6 +80,8 @@ class RadixTree:
         self._root = _Node(b"", None)
         self._tick = 0
         self.total_tokens = 0
+        self.protected_tokens = 0
+        """Tokens in nodes some lock references: what ``evict`` can never free."""
         self._owner_tokens: dict[Owner, int] = {}
         self._locks: dict[bytes, list[int]] = {}  # key -> tokens each of its locks took
 
@@ -126,7 +128,7 @@ class RadixTree:
 
     def evictable_tokens(self) -> int:
         """Tokens in nodes that no request references (what ``evict`` could free)."""
-        return sum(n.tokens for n in self._iter_nodes() if n.ref == 0)
+        return self.total_tokens - self.protected_tokens
 
     def node_count(self) -> int:
         """Number of nodes, root excluded (for tests and diagnostics)."""
@@ -182,6 +184,8 @@ class RadixTree:
         self._locks.setdefault(key, []).append(matched)
         self._tick += 1
         for cur in self._path_to_root(node):
+            if cur.ref == 0:
+                self.protected_tokens += cur.tokens
             cur.ref += 1
             cur.last_access = self._tick
         return matched
@@ -203,6 +207,8 @@ class RadixTree:
         node, _ = self._walk_full_nodes(key[: tokens * TOKEN_BYTES])
         for cur in self._path_to_root(node):
             cur.ref -= 1
+            if cur.ref == 0:
+                self.protected_tokens -= cur.tokens
 
     def evict(self, num_tokens: int) -> list[bytes]:
         """Free at least ``num_tokens`` from LRU unreferenced leaves (or all that can go).

@@ -11,7 +11,8 @@ Event contract, identical in the simulator, the router's fair queue and the SGLa
   A request that does not fit is skipped and the rest are still tried (work conservation);
 * ``correct_extend(req, extend_tokens)`` when the real extend differs from the estimate;
 * ``on_decode_step(running, now_s)`` after a forward step in which every request in
-  ``running`` produced one token, *after* the host incremented ``req.output_tokens``;
+  ``running`` produced one token, *after* the host incremented ``req.output_tokens``
+  (``on_decode_steps(running, steps, now_s)`` for several fused steps);
 * ``on_finish(req, now_s)``, ``on_abort(req, now_s)`` (left without finishing),
   ``on_retract(req, now_s)`` (moved from running back to waiting under memory pressure).
 
@@ -132,6 +133,12 @@ class LocalPolicy(ABC):
     def on_decode_step(self, running: Sequence[Request], now_s: float) -> None:
         for req in running:
             self._charge(req.client, self.cost.decode_cost(req))
+
+    def on_decode_steps(self, running: Sequence[Request], steps: int, now_s: float) -> None:
+        """``steps`` decode steps at once (each request in ``running`` decoded ``steps``
+        tokens, already counted in ``output_tokens``): the simulator's fused decode."""
+        for req in running:
+            self._charge(req.client, self.cost.decode_span_cost(req, steps))
 
     def on_finish(self, req: Request, now_s: float) -> None:
         self._estimated_extend.pop(id(req), None)

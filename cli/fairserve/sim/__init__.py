@@ -1,0 +1,1 @@
+"""Simulator: engine model, batch-time profiles, cluster simulation and reports."""

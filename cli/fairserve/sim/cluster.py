@@ -1,0 +1,242 @@
+"""Discrete-event simulation of N workers behind a dispatcher, in virtual time.
+
+Every worker is an :class:`~fairserve.sim.engine.Engine` running a ``sched`` local policy;
+arriving calls go through a ``sched`` dispatcher, exactly the objects the router and the
+SGLang plugin run. Programs are released by the workload; a call whose parents finished is
+released then (closed loop), so tree-of-thought and chat traffic react to the schedule.
+
+Determinism: one event heap ordered by (time, sequence number); no wall clock, no hash
+ordering. The same workload, configuration and seed give the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairserve.core.cost import BatchTimeModel
+from fairserve.core.errors import ConfigError, RequestRejected
+from fairserve.core.types import Request
+from fairserve.sched.local.base import LocalPolicy, local_policy_class
+from fairserve.sched.registry import load_all, make_dispatcher, make_local_policy
+from fairserve.sim.engine import Engine, EngineConfig, StepResult
+from fairserve.sim.recorder import Recorder, SimResult
+from fairserve.workloads.model import Call, Program, Workload
+
+Progress = Callable[[float, float], None]
+"""Called with (simulated seconds done, simulated seconds in total)."""
+
+_START, _RELEASE, _STEP_DONE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What to simulate besides the workload: policies, workers, their engine model."""
+
+    engine: EngineConfig
+    time_model: BatchTimeModel
+    policy: str = "dlpm"
+    dispatch: str = "doubleq"
+    workers: int = 2
+    quantum: float | None = None
+    worker_quantum: float | None = None
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    dispatch_params: Mapping[str, Any] = field(default_factory=dict)
+    duration_s: float | None = None
+    seed: int | None = None
+    drain: bool = False
+    """Keep simulating after ``duration_s`` until every released call finished."""
+    sample_interval_s: float | None = None
+    w_e: float = 1.0
+    w_q: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if self.duration_s is not None and not (0 < self.duration_s < math.inf):
+            raise ConfigError(f"duration_s must be a positive number, got {self.duration_s}")
+
+
+@dataclass(slots=True)
+class _ProgramState:
+    program: Program
+    calls: dict[str, Call]
+    pending_parents: dict[str, int]
+    children: dict[str, list[str]]
+
+
+class ClusterSim:
+    """The event loop; use :func:`simulate` unless you need to step it yourself."""
+
+    def __init__(self, workload: Workload, config: SimConfig) -> None:
+        self.workload = workload
+        self.config = config
+        self.end_s = config.duration_s or workload.duration_s
+        self.worker_ids = [f"w{i}" for i in range(config.workers)]
+        weights = {c.name: c.weight for c in workload.clients}
+        self.dispatcher = make_dispatcher(
+            config.dispatch, self.worker_ids, weights=weights, **self._dispatch_params()
+        )
+        self.engines = [
+            Engine(self._make_policy(weights), config.time_model, config.engine)
+            for _ in self.worker_ids
+        ]
+        interval = config.sample_interval_s or max(0.05, self.end_s / 2000)
+        self.recorder = Recorder(
+            [c.name for c in workload.clients], weights, interval, config.w_e, config.w_q
+        )
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._arrival_times: list[tuple[float, int]] = []
+        self._pending_arrivals: set[int] = set()
+        self._seq = 0
+        self._busy = [False] * len(self.engines)
+        self._where: dict[int, int] = {}
+        self._source: Iterator[Program] = workload.programs(config.seed, self.end_s)
+        self.now_s = 0.0
+
+    # ---------------------------------------------------------------- setup
+    def _make_policy(self, weights: Mapping[str, float]) -> LocalPolicy:
+        load_all()
+        params = dict(self.config.policy_params)
+        declared = {p.name for p in local_policy_class(self.config.policy).params}
+        if self.config.quantum is not None:
+            params["quantum"] = self.config.quantum
+        if "kv_capacity_tokens" in declared:
+            params.setdefault("kv_capacity_tokens", self.config.engine.kv_capacity_tokens)
+        return make_local_policy(self.config.policy, weights=weights, **params)
+
+    def _dispatch_params(self) -> dict[str, Any]:
+        params = dict(self.config.dispatch_params)
+        if self.config.worker_quantum is not None:
+            params["worker_quantum"] = self.config.worker_quantum
+        return params
+
+    # ---------------------------------------------------------------- loop
+    def run(self, progress: Progress | None = None) -> SimResult:
+        self._next_program()
+        report_every = max(1, len(self.engines) * 200)
+        count = 0
+        while self._heap:
+            t_s, seq, kind, data = heapq.heappop(self._heap)
+            if t_s > self.end_s and not (self.config.drain and kind != _START):
+                break
+            self.recorder.sample_until(t_s, self.engines)
+            self.now_s = t_s
+            self._pending_arrivals.discard(seq)
+            self._handle(kind, data)
+            count += 1
+            if progress is not None and count % report_every == 0:
+                progress(min(t_s, self.end_s), self.end_s)
+        finish_s = max(self.end_s, self.now_s) if self.config.drain else self.end_s
+        self.recorder.sample_until(finish_s, self.engines)
+        if progress is not None:
+            progress(self.end_s, self.end_s)
+        return self.recorder.result(finish_s, self.engines, self.worker_ids, self.dispatcher)
+
+    def _handle(self, kind: int, data: Any) -> None:
+        if kind == _START:
+            self._start_program(data)
+            self._next_program()
+        elif kind == _RELEASE:
+            self._release(*data)
+        else:
+            self._step_done(*data)
+
+    def _push(self, t_s: float, kind: int, data: Any, may_release: bool) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t_s, self._seq, kind, data))
+        if may_release:
+            heapq.heappush(self._arrival_times, (t_s, self._seq))
+            self._pending_arrivals.add(self._seq)
+
+    def _horizon_s(self) -> float:
+        """The next moment a call can arrive at some worker (fused steps stop there)."""
+        times = self._arrival_times
+        while times and times[0][1] not in self._pending_arrivals:
+            heapq.heappop(times)
+        nxt = times[0][0] if times else math.inf
+        return nxt if self.config.drain else min(nxt, self.end_s)
+
+    # ---------------------------------------------------------------- programs
+    def _next_program(self) -> None:
+        program = next(self._source, None)
+        if program is not None:
+            self._push(program.start_s, _START, program, may_release=True)
+
+    def _start_program(self, program: Program) -> None:
+        calls = {c.id: c for c in program.calls}
+        state = _ProgramState(program, calls, {}, {})
+        for call in program.calls:
+            state.pending_parents[call.id] = len(call.after)
+            for parent in call.after:
+                state.children.setdefault(parent, []).append(call.id)
+        for call in program.calls:
+            if not call.after:
+                self._push(self.now_s + call.delay_s, _RELEASE, (state, call), True)
+
+    def _release(self, state: _ProgramState, call: Call) -> None:
+        program = state.program
+        req = Request(
+            id=call.id,
+            client=program.client,
+            prompt_key=call.prompt_key,
+            max_output_tokens=call.max_output_tokens,
+            arrival_s=self.now_s,
+            app=program.app,
+            app_type=program.app_type,
+            output_len=call.output_tokens,
+        )
+        req.meta["program"] = state
+        worker = self.dispatcher.dispatch(req)
+        index = self.worker_ids.index(worker)
+        try:
+            self.engines[index].submit(req, self.now_s, call.output_key)
+        except RequestRejected:
+            self.dispatcher.on_abort(req, worker)
+            self.recorder.rejected(req)
+            self._call_ended(state, call.id)
+            return
+        self._where[id(req)] = index
+        self.recorder.arrived(req)
+        if not self._busy[index]:
+            self._run_worker(index)
+
+    def _call_ended(self, state: _ProgramState, call_id: str) -> None:
+        for child_id in state.children.get(call_id, ()):
+            state.pending_parents[child_id] -= 1
+            if state.pending_parents[child_id] == 0:
+                child = state.calls[child_id]
+                self._push(self.now_s + child.delay_s, _RELEASE, (state, child), True)
+
+    # ---------------------------------------------------------------- workers
+    def _run_worker(self, index: int) -> None:
+        result = self.engines[index].step(self.now_s, self._horizon_s())
+        if result is None:
+            self._busy[index] = False
+            return
+        self._busy[index] = True
+        may_release = any(
+            r.meta["program"].children.get(r.id)  # type: ignore[attr-defined]
+            for r in result.finished
+        )
+        self._push(result.end_s, _STEP_DONE, (index, result), may_release)
+
+    def _step_done(self, index: int, result: StepResult) -> None:
+        worker = self.worker_ids[index]
+        for key in self.engines[index].pool.drain_evictions():
+            self.dispatcher.on_evict(worker, key)
+        self.recorder.step(index, result)
+        for req in result.finished:
+            self.dispatcher.on_finish(req, worker, req.output_tokens)
+            self._where.pop(id(req), None)
+            state: _ProgramState = req.meta.pop("program")  # type: ignore[assignment]
+            self._call_ended(state, req.id)
+        self._run_worker(index)
+
+
+def simulate(workload: Workload, config: SimConfig, progress: Progress | None = None) -> SimResult:
+    """Run ``workload`` through a simulated cluster and return its metrics."""
+    return ClusterSim(workload, config).run(progress)

@@ -1,0 +1,410 @@
+"""The engine model: one GPU worker with continuous batching, driven step by step.
+
+The same object runs in virtual time (the cluster simulation) and in real time (the
+simulated worker): a host calls :meth:`Engine.step` at ``now_s``; the engine forms a batch
+under its discipline, asks the local policy (the ``sched`` object, unchanged) which waiting
+requests to admit, applies the step and returns what happened and how long the step took
+(from the batch-time model). State changes are applied at once; the host treats them as
+happening at ``StepResult.end_s``.
+
+Batching disciplines (the throughput-optimal paper's families):
+
+* ``sarathi`` — decode-first, chunked prefill, mixed batches (SGLang's default);
+* ``orca`` — prefill-first, mixed batches, whole prompts;
+* ``vllm-v0`` — a step is either all prefill (whenever something can be admitted) or all
+  decode: not work-conserving, unstable below capacity;
+* ``fastertransformer`` — static batching: a new batch only once the previous one drained.
+
+Fused decode: when a step is pure decode and nothing can be admitted until a request
+finishes, the following identical steps are applied at once (up to the first finish, the
+memory limit or the host's ``horizon_s``). Nothing else can happen in between, so results
+equal step-by-step execution while an hour of traffic simulates in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fairserve.core.cost import BatchTimeModel
+from fairserve.core.errors import ConfigError
+from fairserve.core.types import Request
+from fairserve.sched.local.base import LocalPolicy
+from fairserve.sim.kvpool import KVPool, Slot
+
+BATCHING_DISCIPLINES = ("sarathi", "orca", "vllm-v0", "fastertransformer")
+DEFAULT_BATCHING = "sarathi"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Capacity and batching of one engine (from a profile, see ``sim.profile``)."""
+
+    kv_capacity_tokens: int
+    max_batch_tokens: int
+    max_running_requests: int | None = None
+    batching: str = DEFAULT_BATCHING
+    reserve_output_ratio: float = 1.0
+    cache_outputs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING_DISCIPLINES:
+            raise ConfigError(
+                f"unknown batching {self.batching!r}; expected one of: "
+                + ", ".join(BATCHING_DISCIPLINES)
+            )
+        if self.max_batch_tokens <= 0:
+            raise ConfigError(f"max_batch_tokens must be > 0, got {self.max_batch_tokens}")
+        if self.max_running_requests is not None and self.max_running_requests <= 0:
+            raise ConfigError(
+                f"max_running_requests must be > 0, got {self.max_running_requests}"
+            )
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one (possibly fused) engine step did."""
+
+    start_s: float
+    end_s: float
+    steps: int = 1
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    admitted: list[Request] = field(default_factory=list)
+    prefilled: list[Request] = field(default_factory=list)
+    """Requests whose prefill completed (their first or, after a retraction, next token)."""
+    decoded: list[tuple[Request, int]] = field(default_factory=list)
+    """Output tokens each request produced in this step (prefill completions included)."""
+    finished: list[Request] = field(default_factory=list)
+    retracted: list[Request] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Cumulative counters (for ``/metrics``, reports and the dashboard)."""
+
+    steps: int = 0
+    busy_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    admitted: int = 0
+    finished: int = 0
+    retracted: int = 0
+    aborted: int = 0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+class _Batch:
+    """The step being formed: prefill chunks, decodes and what admission refused."""
+
+    def __init__(self, budget_tokens: int) -> None:
+        self.budget_tokens = budget_tokens
+        self.chunks: list[tuple[Slot, int]] = []
+        self.decodes: list[Slot] = []
+        self.refused: set[int] = set()
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(chunk for _, chunk in self.chunks)
+
+
+class Engine:
+    """A waiting queue, a running batch, a KV pool and a local policy."""
+
+    def __init__(self, policy: LocalPolicy, time_model: BatchTimeModel, config: EngineConfig):
+        self.policy = policy
+        self.time_model = time_model
+        self.config = config
+        self.pool = KVPool(config.kv_capacity_tokens, config.reserve_output_ratio)
+        self.waiting: list[Request] = []
+        self.running: list[Slot] = []
+        self.stats = EngineStats()
+        self._output_keys: dict[int, bytes] = {}
+
+    # ---------------------------------------------------------------- requests
+    def submit(self, req: Request, now_s: float, output_key: bytes = b"") -> None:
+        """A request arrives; the policy may refuse it (``RequestRejected`` propagates).
+
+        A request that could never fit the KV pool is refused here with a ConfigError,
+        rather than waiting forever."""
+        need = req.input_tokens + max(1, req.max_output_tokens)
+        if need > self.config.kv_capacity_tokens:
+            raise ConfigError(
+                f"request {req.id!r} needs {need} tokens of KV (prompt + max output) but the "
+                f"engine holds {self.config.kv_capacity_tokens}"
+            )
+        req.arrival_s = now_s
+        self.policy.on_arrival(req, now_s)
+        self.waiting.append(req)
+        if output_key:
+            self._output_keys[id(req)] = output_key
+
+    def abort(self, rid: str, now_s: float) -> Request | None:
+        """Remove a waiting or running request (client gone); None if unknown."""
+        for i, req in enumerate(self.waiting):
+            if req.id == rid:
+                del self.waiting[i]
+                self._forget(req)
+                self.policy.on_abort(req, now_s, was_waiting=True)
+                self.stats.aborted += 1
+                return req
+        for i, slot in enumerate(self.running):
+            if slot.req.id == rid:
+                del self.running[i]
+                self.pool.release(slot, cache_output=False)
+                self._forget(slot.req)
+                self.policy.on_abort(slot.req, now_s, was_waiting=False)
+                self.stats.aborted += 1
+                return slot.req
+        return None
+
+    def flush_cache(self) -> bool:
+        """Drop the prefix cache; refused (False) while requests run, like SGLang."""
+        if self.running:
+            return False
+        self.pool.flush()
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def waiting_by_client(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for req in self.waiting:
+            counts[req.client] = counts.get(req.client, 0) + 1
+        return counts
+
+    # ---------------------------------------------------------------- stepping
+    def step(self, now_s: float, horizon_s: float | None = None) -> StepResult | None:
+        """Run one batching step at ``now_s``; None when there is nothing to do.
+
+        With ``horizon_s`` (the next moment something external can happen), identical
+        pure-decode steps that follow are fused into this result."""
+        if not self.has_work:
+            return None
+        batch = self._form_batch(now_s)
+        if not batch.chunks and not batch.decodes:
+            return None
+        result = self._execute(batch, now_s)
+        if horizon_s is not None and self._admission_blocked(batch, result):
+            self._fuse_decodes(result, horizon_s)
+        self.stats.steps += result.steps
+        self.stats.busy_s += result.duration_s
+        return result
+
+    def _form_batch(self, now_s: float) -> _Batch:
+        kind = self.config.batching
+        budget = self.config.max_batch_tokens
+        decoding = [s for s in self.running if not s.prefilling]
+        if kind == "fastertransformer":
+            batch = _Batch(budget)
+            if self.running:
+                batch.decodes = decoding
+            else:
+                self._admit(batch, now_s, chunked=False)
+            return batch
+        if kind == "vllm-v0":
+            batch = _Batch(budget)
+            self._admit(batch, now_s, chunked=False)
+            if not batch.chunks:
+                batch.decodes = decoding
+            return batch
+        if kind == "orca":
+            batch = _Batch(budget)
+            self._admit(batch, now_s, chunked=False)
+            batch.decodes = decoding
+            return batch
+        batch = _Batch(max(0, budget - len(decoding)))
+        batch.decodes = decoding
+        for slot in self.running:
+            if slot.prefilling and batch.budget_tokens > 0:
+                chunk = min(slot.prefill_left, batch.budget_tokens)
+                batch.chunks.append((slot, chunk))
+                batch.budget_tokens -= chunk
+        self._admit(batch, now_s, chunked=True)
+        return batch
+
+    def _admit(self, batch: _Batch, now_s: float, chunked: bool) -> None:
+        if not self.waiting or not self._may_fit_any():
+            return
+        cap = self.config.max_running_requests
+        pool = self.pool
+        matches: dict[int, int] = {}
+        # Memory only gets tighter within a step, so once a request of ``need`` tokens was
+        # refused, anything needing as much is refused without touching the tree.
+        refused_need = [pool.capacity_tokens + 1]
+
+        def match_len(req: Request) -> int:
+            cached = matches.get(id(req))
+            if cached is None:
+                cached = matches[id(req)] = pool.cached_prefix(req)
+            return cached
+
+        def can_fit(req: Request) -> bool:
+            extend = req.input_tokens - match_len(req) + req.output_tokens
+            if chunked:
+                fits_budget = batch.budget_tokens > 0
+            else:
+                fits_budget = extend <= batch.budget_tokens or not batch.chunks
+            if not fits_budget:
+                return False  # the budget frees up next step: not a memory refusal
+            need = extend + pool.reservation(req)
+            slot = None
+            if need < refused_need[0] and (cap is None or len(self.running) < cap):
+                slot = pool.try_admit(req, self._output_keys.get(id(req), b""))
+                if slot is None:
+                    refused_need[0] = need
+            if slot is None:
+                batch.refused.add(id(req))
+                return False
+            self._start(slot, batch, now_s, chunked)
+            return True
+
+        admitted = self.policy.select(list(self.waiting), can_fit, match_len, now_s)
+        if admitted:
+            gone = {id(r) for r in admitted}
+            self.waiting = [r for r in self.waiting if id(r) not in gone]
+
+    def _may_fit_any(self) -> bool:
+        """Cheap pre-check: could even the smallest waiting request get memory now?"""
+        headroom = self.pool.admission_headroom()
+        return any(1 + self.pool.reservation(r) <= headroom for r in self.waiting)
+
+    def _start(self, slot: Slot, batch: _Batch, now_s: float, chunked: bool) -> None:
+        req = slot.req
+        self.running.append(slot)
+        if req.admit_s is None:
+            req.admit_s = now_s
+            self.stats.prompt_tokens += req.input_tokens
+            self.stats.cached_tokens += req.cached_tokens
+        self.stats.admitted += 1
+        chunk = min(slot.prefill_left, batch.budget_tokens) if chunked else slot.prefill_left
+        batch.budget_tokens -= chunk
+        batch.chunks.append((slot, chunk))
+
+    def _execute(self, batch: _Batch, now_s: float) -> StepResult:
+        result = StepResult(now_s, now_s)
+        completing = [s for s, chunk in batch.chunks if chunk >= s.prefill_left]
+        growing = batch.decodes + completing
+        while not self.pool.grow(growing, 1):
+            victim = self._retract_one(batch, now_s)
+            result.retracted.append(victim.req)
+            growing = [s for s in growing if s is not victim]
+            completing = [s for s in completing if s is not victim]
+        load = batch.prefill_tokens + len(batch.decodes)
+        context = sum(s.req.input_tokens + s.req.output_tokens for s in batch.decodes)
+        for slot, chunk in batch.chunks:
+            context += slot.req.input_tokens + slot.req.output_tokens - slot.prefill_left
+            slot.prefill_left -= chunk
+        for slot in completing:
+            self.pool.prefill_done(slot)
+            result.prefilled.append(slot.req)
+        result.end_s = now_s + self.time_model.batch_time_s(load, context)
+        result.prefill_tokens = batch.prefill_tokens
+        self.stats.prefill_tokens += batch.prefill_tokens
+        result.admitted = [s.req for s, _ in batch.chunks if s.req.admit_s == now_s]
+        self._produce(growing, 1, result)
+        return result
+
+    def _produce(self, slots: list[Slot], tokens: int, result: StepResult) -> None:
+        """Every slot produced ``tokens`` output tokens by ``result.end_s``."""
+        end_s = result.end_s
+        reqs = [s.req for s in slots]
+        for req in reqs:
+            req.output_tokens += tokens
+            if req.first_token_s is None:
+                req.first_token_s = end_s
+            result.decoded.append((req, tokens))
+        self.stats.decode_tokens += tokens * len(slots)
+        result.decode_tokens += tokens * len(slots)
+        if reqs:
+            self.policy.on_decode_steps(reqs, tokens, end_s)
+        self._finish_done(end_s, result)
+
+    def _finish_done(self, end_s: float, result: StepResult) -> None:
+        still: list[Slot] = []
+        for slot in self.running:
+            if not slot.prefilling and slot.req.output_tokens >= slot.target_tokens:
+                req = slot.req
+                req.finish_s = end_s
+                self.pool.release(slot, cache_output=self.config.cache_outputs)
+                self._forget(req)
+                self.policy.on_finish(req, end_s)
+                self.stats.finished += 1
+                result.finished.append(req)
+            else:
+                still.append(slot)
+        self.running = still
+
+    def _retract_one(self, batch: _Batch, now_s: float) -> Slot:
+        """Memory ran out mid-decode: send the newest running request back to waiting."""
+        if len(self.running) <= 1:
+            raise ConfigError(
+                "KV capacity is too small for a single request; raise kv_capacity_tokens"
+            )
+        victim = self.running.pop()
+        batch.decodes = [s for s in batch.decodes if s is not victim]
+        batch.chunks = [(s, c) for s, c in batch.chunks if s is not victim]
+        self.pool.release(victim, cache_output=False)
+        self.waiting.insert(0, victim.req)
+        self.policy.on_retract(victim.req, now_s)
+        self.stats.retracted += 1
+        return victim
+
+    # ---------------------------------------------------------------- fused decode
+    def _admission_blocked(self, batch: _Batch, result: StepResult) -> bool:
+        """True when the next steps are pure decode with nothing admissible before a finish.
+
+        Refusals were decided at the start of the step; a finish or retraction during it
+        freed memory, so then the next step must ask the policy again."""
+        if not self.running or any(s.prefilling for s in self.running):
+            return False
+        if result.finished or result.retracted:
+            return False
+        if self.config.batching == "fastertransformer":
+            return True
+        if not self._may_fit_any():
+            return True
+        return all(id(r) in batch.refused for r in self.waiting)
+
+    def _fuse_decodes(self, result: StepResult, horizon_s: float) -> None:
+        slots = self.running
+        n = len(slots)
+        max_steps = min(s.target_tokens - s.req.output_tokens for s in slots)
+        max_steps = min(max_steps, self.pool.growable_tokens() // n)
+        context = sum(s.req.input_tokens + s.req.output_tokens for s in slots)
+        end_s, steps = result.end_s, 0
+        while steps < max_steps:
+            step_s = self.time_model.batch_time_s(n, context + steps * n)
+            if end_s + step_s > horizon_s:
+                break
+            end_s += step_s
+            steps += 1
+        if steps == 0:
+            return
+        self.pool.grow(slots, steps)
+        fused = StepResult(result.end_s, end_s, steps=steps)
+        self._produce(slots, steps, fused)
+        result.end_s = end_s
+        result.steps += steps
+        result.decode_tokens += fused.decode_tokens
+        merged = {id(r): i for i, (r, _) in enumerate(result.decoded)}
+        for req, tokens in fused.decoded:
+            i = merged.get(id(req))
+            if i is None:
+                result.decoded.append((req, tokens))
+            else:
+                result.decoded[i] = (req, result.decoded[i][1] + tokens)
+        result.finished.extend(fused.finished)
+
+    def _forget(self, req: Request) -> None:
+        self._output_keys.pop(id(req), None)

@@ -1,0 +1,177 @@
+"""The KV pool of one simulated engine: fixed token capacity shared by a radix prefix cache
+and the private KV of running requests.
+
+Memory model (SGLang's, simplified to tokens):
+
+* the radix tree holds cached prefixes; a running request *locks* its matched prefix, so
+  what it reads is never evicted; unlocked nodes are evicted LRU when space is needed;
+* a running request's newly computed tokens are *private* until its prefill completes
+  (then its prompt joins the tree and the lock moves onto it) and its output tokens stay
+  private until it finishes (then prompt + output join the tree, SGLang's
+  ``cache_finished_req``), so a later call that extends this one hits the cache;
+* admission *reserves* ``ceil(ratio · max_output_tokens)`` tokens for future decode (SGLang's
+  new-token ratio); with ``ratio < 1`` a decode step can run out of memory, and the engine
+  then retracts running requests, as SGLang does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.radix import RadixTree
+from fairserve.core.types import TOKEN_BYTES, Request
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    """A running request's KV bookkeeping."""
+
+    req: Request
+    lock_key: bytes
+    extend_tokens: int
+    prefill_left: int
+    reserved_tokens: int
+    private_tokens: int
+    output_key: bytes
+    target_tokens: int
+    """Output length at which the request finishes."""
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefill_left > 0
+
+
+class KVPool:
+    """Token-level KV accounting around a :class:`RadixTree`."""
+
+    def __init__(self, capacity_tokens: int, reserve_output_ratio: float = 1.0) -> None:
+        if capacity_tokens <= 0:
+            raise ConfigError(f"kv_capacity_tokens must be > 0, got {capacity_tokens}")
+        if not 0.0 <= reserve_output_ratio <= 1.0:
+            raise ConfigError(
+                f"reserve_output_ratio must be within 0..1, got {reserve_output_ratio}"
+            )
+        self.capacity_tokens = capacity_tokens
+        self.reserve_output_ratio = reserve_output_ratio
+        self.tree = RadixTree()
+        self.private_tokens = 0
+        self.reserved_tokens = 0
+        self.evicted: list[bytes] = []
+        """Eviction events not yet drained (full prefix keys; ``b""`` means everything)."""
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def used_tokens(self) -> int:
+        return self.tree.total_tokens + self.private_tokens
+
+    @property
+    def free_tokens(self) -> int:
+        return self.capacity_tokens - self.used_tokens
+
+    def growable_tokens(self) -> int:
+        """Tokens running requests can still add: free plus evictable cache."""
+        return self.capacity_tokens - self.private_tokens - self.tree.protected_tokens
+
+    def admission_headroom(self) -> int:
+        """Tokens a new admission may claim (prompt plus output reservation)."""
+        return (
+            self.capacity_tokens
+            - self.private_tokens
+            - self.reserved_tokens
+            - self.tree.protected_tokens
+        )
+
+    def cached_prefix(self, req: Request) -> int:
+        """Prompt tokens served from cache if admitted now (at least one token is computed,
+        as in SGLang, so the last position yields logits)."""
+        if req.input_tokens == 0:
+            return 0
+        return min(self.tree.match_len(req.prompt_key), req.input_tokens - 1)
+
+    def reservation(self, req: Request) -> int:
+        remaining = max(0, req.max_output_tokens - req.output_tokens)
+        return math.ceil(self.reserve_output_ratio * remaining)
+
+    # ---------------------------------------------------------------- admission
+    def try_admit(self, req: Request, output_key: bytes) -> Slot | None:
+        """Lock the request's cached prefix and claim its memory, or change nothing."""
+        matched = self.tree.lock(req.prompt_key)
+        cached = min(matched, max(0, req.input_tokens - 1))
+        # A retracted request recomputes the output it had generated (SGLang re-prefills it).
+        extend = req.input_tokens - cached + req.output_tokens
+        reserve = self.reservation(req)
+        claim = self.private_tokens + self.reserved_tokens + self.tree.protected_tokens
+        if claim + extend + reserve > self.capacity_tokens:
+            self.tree.unlock(req.prompt_key)
+            return None
+        self._make_room(extend)
+        self.private_tokens += extend
+        self.reserved_tokens += reserve
+        req.cached_tokens = cached
+        target = req.output_len if req.output_len is not None else req.max_output_tokens
+        return Slot(
+            req=req,
+            lock_key=req.prompt_key,
+            extend_tokens=extend,
+            prefill_left=extend,
+            reserved_tokens=reserve,
+            private_tokens=extend,
+            output_key=output_key,
+            target_tokens=max(1, min(target, req.max_output_tokens or 1)),
+        )
+
+    # ---------------------------------------------------------------- running
+    def grow(self, slots: list[Slot], tokens_each: int) -> bool:
+        """Give every slot ``tokens_each`` new output tokens of KV; False if memory is short."""
+        need = len(slots) * tokens_each
+        if need > self.growable_tokens():
+            return False
+        self._make_room(need)
+        self.private_tokens += need
+        for slot in slots:
+            slot.private_tokens += tokens_each
+            used = min(slot.reserved_tokens, tokens_each)
+            slot.reserved_tokens -= used
+            self.reserved_tokens -= used
+        return True
+
+    def prefill_done(self, slot: Slot) -> None:
+        """The prompt is computed: it joins the tree and the lock moves onto all of it."""
+        req = slot.req
+        self.tree.insert(req.prompt_key)
+        self.tree.lock(req.prompt_key)
+        self.tree.unlock(slot.lock_key)
+        slot.lock_key = req.prompt_key
+        self.private_tokens -= slot.extend_tokens
+        slot.private_tokens -= slot.extend_tokens
+
+    def release(self, slot: Slot, cache_output: bool) -> None:
+        """A request left the batch: free its KV; on a finish, cache prompt + output."""
+        req = slot.req
+        if cache_output and not slot.prefilling:
+            produced = min(req.output_tokens, len(slot.output_key) // TOKEN_BYTES)
+            if produced:
+                self.tree.insert(req.prompt_key + slot.output_key[: produced * TOKEN_BYTES])
+        self.private_tokens -= slot.private_tokens
+        self.reserved_tokens -= slot.reserved_tokens
+        slot.private_tokens = slot.reserved_tokens = 0
+        self.tree.unlock(slot.lock_key)
+        # Caching the output may have pushed the pool over capacity: evict back under it.
+        self._make_room(0)
+
+    def flush(self) -> None:
+        """Drop every unlocked cached prefix (``/flush_cache``)."""
+        self.tree.evict(self.tree.total_tokens)
+        self.evicted.append(b"")
+
+    def drain_evictions(self) -> list[bytes]:
+        events, self.evicted = self.evicted, []
+        return events
+
+    # ---------------------------------------------------------------- internals
+    def _make_room(self, tokens: int) -> None:
+        short = tokens - self.free_tokens
+        if short > 0:
+            self.evicted.extend(self.tree.evict(short))

@@ -1,0 +1,173 @@
+"""What a simulation measures while it runs, from the clients' point of view.
+
+Service is credited as the client sees it (DESIGN §7): ``w_e`` per prompt token once the
+prompt was processed and ``w_q`` per output token when it is produced. Samples of the
+cumulative service and of who is backlogged (has a call waiting in some queue) are taken on
+a fixed grid of simulated time; the fairness metrics read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairserve.core.metrics import ServiceSample
+from fairserve.core.types import Request
+from fairserve.sched.dispatch.base import Dispatcher
+from fairserve.sim.engine import Engine, EngineStats, StepResult
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished call."""
+
+    client: str
+    worker: int
+    arrival_s: float
+    first_token_s: float
+    finish_s: float
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+    @property
+    def latency_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+
+@dataclass(slots=True)
+class ClientCounters:
+    submitted: int = 0
+    rejected: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    first_arrival_s: float | None = None
+    last_arrival_s: float | None = None
+
+
+@dataclass
+class SimResult:
+    """Everything a report or a plot needs from one run."""
+
+    end_s: float
+    clients: list[str]
+    weights: dict[str, float]
+    counters: dict[str, ClientCounters]
+    service: dict[str, float]
+    samples: list[ServiceSample]
+    records: list[RequestRecord]
+    worker_ids: list[str]
+    worker_stats: list[EngineStats]
+    worker_finished: list[int]
+    dispatcher: dict[str, Any] = field(default_factory=dict)
+    unfinished: dict[str, int] = field(default_factory=dict)
+
+
+class Recorder:
+    """Accumulates service, samples and finished-request records."""
+
+    def __init__(
+        self,
+        clients: Sequence[str],
+        weights: Mapping[str, float],
+        interval_s: float,
+        w_e: float,
+        w_q: float,
+    ) -> None:
+        self.clients = list(clients)
+        self.weights = dict(weights)
+        self.interval_s = interval_s
+        self.w_e, self.w_q = w_e, w_q
+        self.service: dict[str, float] = {c: 0.0 for c in clients}
+        self.counters: dict[str, ClientCounters] = {c: ClientCounters() for c in clients}
+        self.samples: list[ServiceSample] = [ServiceSample(0.0, dict(self.service), frozenset())]
+        self.records: list[RequestRecord] = []
+        self._next_sample_s = interval_s
+        self._worker_finished: dict[int, int] = {}
+        self._credited: set[int] = set()
+
+    def _client(self, name: str) -> ClientCounters:
+        if name not in self.counters:
+            self.counters[name] = ClientCounters()
+            self.service[name] = 0.0
+            self.clients.append(name)
+        return self.counters[name]
+
+    def arrived(self, req: Request) -> None:
+        counters = self._client(req.client)
+        counters.submitted += 1
+        if counters.first_arrival_s is None:
+            counters.first_arrival_s = req.arrival_s
+        counters.last_arrival_s = req.arrival_s
+
+    def rejected(self, req: Request) -> None:
+        self._client(req.client).rejected += 1
+
+    def step(self, worker: int, result: StepResult) -> None:
+        w_e, w_q, service = self.w_e, self.w_q, self.service
+        for req in result.prefilled:
+            if id(req) not in self._credited:
+                self._credited.add(id(req))
+                service[req.client] += w_e * req.input_tokens
+                self.counters[req.client].input_tokens += req.input_tokens
+        for req, tokens in result.decoded:
+            service[req.client] += w_q * tokens
+            self.counters[req.client].output_tokens += tokens
+        for req in result.finished:
+            self._credited.discard(id(req))
+            self._worker_finished[worker] = self._worker_finished.get(worker, 0) + 1
+            self.records.append(
+                RequestRecord(
+                    req.client,
+                    worker,
+                    req.arrival_s,
+                    req.first_token_s if req.first_token_s is not None else req.arrival_s,
+                    req.finish_s if req.finish_s is not None else result.end_s,
+                    req.input_tokens,
+                    req.cached_tokens,
+                    req.output_tokens,
+                )
+            )
+
+    def sample_until(self, t_s: float, engines: Sequence[Engine]) -> None:
+        """Take the samples due at or before ``t_s`` (state as of the last event)."""
+        if self._next_sample_s > t_s:
+            return
+        backlogged: set[str] = set()
+        for engine in engines:
+            backlogged.update(r.client for r in engine.waiting)
+        frozen = frozenset(backlogged)
+        while self._next_sample_s <= t_s:
+            self.samples.append(ServiceSample(self._next_sample_s, dict(self.service), frozen))
+            self._next_sample_s += self.interval_s
+
+    def result(
+        self,
+        end_s: float,
+        engines: Sequence[Engine],
+        worker_ids: Sequence[str],
+        dispatcher: Dispatcher,
+    ) -> SimResult:
+        unfinished: dict[str, int] = {}
+        for engine in engines:
+            for req in [*engine.waiting, *(s.req for s in engine.running)]:
+                unfinished[req.client] = unfinished.get(req.client, 0) + 1
+        return SimResult(
+            end_s=end_s,
+            clients=list(self.clients),
+            weights=dict(self.weights),
+            counters=self.counters,
+            service=dict(self.service),
+            samples=self.samples,
+            records=self.records,
+            worker_ids=list(worker_ids),
+            worker_stats=[e.stats for e in engines],
+            worker_finished=[self._worker_finished.get(i, 0) for i in range(len(engines))],
+            dispatcher=dispatcher.snapshot(),
+            unfinished=unfinished,
+        )

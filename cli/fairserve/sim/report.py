@@ -1,0 +1,132 @@
+"""The report of DESIGN §7, built from a :class:`~fairserve.sim.recorder.SimResult`.
+
+Key names are a contract shared with ``fairserve bench --json``; change them only together
+with the design. Times are simulated seconds; rates are per simulated second over the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from fairserve.core.metrics import ServiceSample, jain_index, max_service_gap, percentile
+from fairserve.sim.recorder import RequestRecord, SimResult
+
+
+def build_report(result: SimResult, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One JSON-able object: throughput, cache hits, fairness, per-client, per-worker."""
+    span_s = max(result.end_s, 1e-9)
+    total_in = sum(c.input_tokens for c in result.counters.values())
+    total_out = sum(c.output_tokens for c in result.counters.values())
+    prompt = sum(s.prompt_tokens for s in result.worker_stats)
+    cached = sum(s.cached_tokens for s in result.worker_stats)
+    window = _active_window(result)
+    report: dict[str, Any] = dict(meta or {})
+    report.update(
+        {
+            "duration_s": result.end_s,
+            "throughput": {
+                "tokens_per_s": (total_in + total_out) / span_s,
+                "service_per_s": sum(result.service.values()) / span_s,
+                "requests_per_s": len(result.records) / span_s,
+            },
+            "cache_hit_rate": cached / prompt if prompt else 0.0,
+            "jain_index": _jain(result, window),
+            "jain_window_s": list(window),
+            "max_service_gap": max_service_gap(result.samples).value,
+            "clients": _clients(result, span_s),
+            "workers": _workers(result, span_s),
+        }
+    )
+    return report
+
+
+def _clients(result: SimResult, span_s: float) -> dict[str, dict[str, Any]]:
+    by_client: dict[str, list[RequestRecord]] = {c: [] for c in result.clients}
+    for record in result.records:
+        by_client.setdefault(record.client, []).append(record)
+    out: dict[str, dict[str, Any]] = {}
+    for name in result.clients:
+        records = by_client.get(name, [])
+        latencies = [r.latency_s for r in records]
+        ttfts = [r.ttft_s for r in records]
+        counters = result.counters[name]
+        out[name] = {
+            "weight": result.weights.get(name, 1.0),
+            "requests": len(records),
+            "submitted": counters.submitted,
+            "rejected": counters.rejected,
+            "unfinished": result.unfinished.get(name, 0),
+            "input_tokens": counters.input_tokens,
+            "output_tokens": counters.output_tokens,
+            "service": result.service.get(name, 0.0),
+            "service_rate": result.service.get(name, 0.0) / span_s,
+            "latency_p50_s": _finite(percentile(latencies, 50)),
+            "latency_p99_s": _finite(percentile(latencies, 99)),
+            "ttft_p50_s": _finite(percentile(ttfts, 50)),
+            "ttft_p99_s": _finite(percentile(ttfts, 99)),
+        }
+    return out
+
+
+def _workers(result: SimResult, span_s: float) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": worker,
+            "requests": result.worker_finished[i],
+            "cache_hit_rate": stats.cache_hit_rate,
+            "busy_fraction": min(1.0, stats.busy_s / span_s),
+            "prompt_tokens": stats.prompt_tokens,
+            "cached_tokens": stats.cached_tokens,
+            "decode_tokens": stats.decode_tokens,
+            "steps": stats.steps,
+            "retracted": stats.retracted,
+        }
+        for i, (worker, stats) in enumerate(
+            zip(result.worker_ids, result.worker_stats, strict=True)
+        )
+    ]
+
+
+def _active_window(result: SimResult) -> tuple[float, float]:
+    """Where every client is active: after the last client's first call and before the
+    first client's last call (the whole run when that is empty)."""
+    firsts = [c.first_arrival_s for c in result.counters.values()]
+    lasts = [c.last_arrival_s for c in result.counters.values()]
+    if not firsts or any(t is None for t in firsts):
+        return (0.0, result.end_s)
+    start = max(t for t in firsts if t is not None)
+    end = min(min(t for t in lasts if t is not None), result.end_s)
+    if end - start <= result.end_s * 0.05:
+        return (0.0, result.end_s)
+    return (start, end)
+
+
+def _jain(result: SimResult, window: tuple[float, float]) -> float:
+    """Jain's index over weight-normalised service rates inside ``window``."""
+    start = _sample_at(result.samples, window[0])
+    end = _sample_at(result.samples, window[1])
+    rates = [
+        (end.cumulative.get(c, 0.0) - start.cumulative.get(c, 0.0))
+        / result.weights.get(c, 1.0)
+        for c in result.clients
+    ]
+    return jain_index(max(0.0, r) for r in rates)
+
+
+def _sample_at(samples: Sequence[ServiceSample], t_s: float) -> ServiceSample:
+    """The last sample at or before ``t_s`` (the first one if none)."""
+    lo, hi = 0, len(samples) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if samples[mid].t_s <= t_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return samples[lo]
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN: a percentile over no requests is null."""
+    return None if math.isnan(value) else value
