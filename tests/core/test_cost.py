@@ -188,3 +188,23 @@ def test_event_charges_add_up_to_request_cost(
     expected = cost.request_cost(prompt, cached, decoded)
     assert charged_by_events(cost, prompt, cached, decoded) == pytest.approx(expected, rel=1e-9)
     assert isinstance(cost, CostModel)
+
+
+@PROPERTY
+@given(
+    which=st.integers(0, len(COSTS) - 1),
+    prompt=st.integers(0, 2000),
+    before=st.integers(0, 200),
+    steps=st.integers(1, 50),
+)
+def test_decode_span_cost_equals_the_per_token_charges(
+    which: int, prompt: int, before: int, steps: int
+) -> None:
+    """Fused decode (the simulator) charges exactly what step-by-step decode would."""
+    cost = COSTS[which]
+    req = make_request("r", "c", [1] * prompt, before + steps)
+    one_by_one = 0.0
+    for i in range(1, steps + 1):
+        req.output_tokens = before + i
+        one_by_one += cost.decode_cost(req)
+    assert cost.decode_span_cost(req, steps) == pytest.approx(one_by_one, rel=1e-9)

@@ -43,6 +43,13 @@ class CostModel(Protocol):
         """Service of the output token ``req.output_tokens`` (1-based) just produced."""
         ...
 
+    def decode_span_cost(self, req: Request, steps: int) -> float:
+        """Service of the last ``steps`` output tokens, ending at ``req.output_tokens``.
+
+        Lets hosts that fuse several decode steps (the simulator) charge them at once;
+        equals the sum of ``decode_cost`` over those tokens."""
+        ...
+
     def request_cost(self, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
         """Total service of a whole request (used for predictions and reports)."""
         ...

@@ -195,6 +195,7 @@ class Engine:
         if not batch.chunks and not batch.decodes:
             return None
         result = self._execute(batch, now_s)
+        self.pool.decay_ratio(1)
         if horizon_s is not None and self._admission_blocked(batch, result):
             self._fuse_decodes(result, horizon_s)
         self.stats.steps += result.steps
@@ -239,8 +240,9 @@ class Engine:
         cap = self.config.max_running_requests
         pool = self.pool
         matches: dict[int, int] = {}
-        # Memory only gets tighter within a step, so once a request of ``need`` tokens was
-        # refused, anything needing as much is refused without touching the tree.
+        # Memory only gets tighter within a step, so once an admission claiming ``c`` tokens
+        # was refused, a request needing at least ``c`` without any lock is refused without
+        # touching the tree.
         refused_need = [pool.capacity_tokens + 1]
 
         def match_len(req: Request) -> int:
@@ -262,7 +264,7 @@ class Engine:
             if need < refused_need[0] and (cap is None or len(self.running) < cap):
                 slot = pool.try_admit(req, self._output_keys.get(id(req), b""))
                 if slot is None:
-                    refused_need[0] = need
+                    refused_need[0] = min(refused_need[0], pool.last_refused_claim)
             if slot is None:
                 batch.refused.add(id(req))
                 return False
@@ -355,6 +357,7 @@ class Engine:
         batch.decodes = [s for s in batch.decodes if s is not victim]
         batch.chunks = [(s, c) for s, c in batch.chunks if s is not victim]
         self.pool.release(victim, cache_output=False)
+        self.pool.after_retraction()
         self.waiting.insert(0, victim.req)
         self.policy.on_retract(victim.req, now_s)
         self.stats.retracted += 1
@@ -368,7 +371,7 @@ class Engine:
         freed memory, so then the next step must ask the policy again."""
         if not self.running or any(s.prefilling for s in self.running):
             return False
-        if result.finished or result.retracted:
+        if result.finished or result.retracted or not self.pool.ratio_settled:
             return False
         if self.config.batching == "fastertransformer":
             return True

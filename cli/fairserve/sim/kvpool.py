@@ -11,7 +11,9 @@ Memory model (SGLang's, simplified to tokens):
   ``cache_finished_req``), so a later call that extends this one hits the cache;
 * admission *reserves* ``ceil(ratio · max_output_tokens)`` tokens for future decode (SGLang's
   new-token ratio); with ``ratio < 1`` a decode step can run out of memory, and the engine
-  then retracts running requests, as SGLang does.
+  then retracts running requests, as SGLang does. After a retraction the ratio jumps to 1
+  and decays back to its base over :data:`RATIO_DECAY_STEPS` steps (SGLang's adaptive
+  ratio), so a retracted request is not admitted and retracted again forever.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from dataclasses import dataclass
 from fairserve.core.errors import ConfigError
 from fairserve.core.radix import RadixTree
 from fairserve.core.types import TOKEN_BYTES, Request
+
+RATIO_DECAY_STEPS = 600
+"""Steps for the reservation ratio to fall from 1 back to its base after a retraction."""
 
 
 @dataclass(slots=True, eq=False)
@@ -54,12 +59,15 @@ class KVPool:
                 f"reserve_output_ratio must be within 0..1, got {reserve_output_ratio}"
             )
         self.capacity_tokens = capacity_tokens
+        self.base_ratio = reserve_output_ratio
         self.reserve_output_ratio = reserve_output_ratio
         self.tree = RadixTree()
         self.private_tokens = 0
         self.reserved_tokens = 0
         self.evicted: list[bytes] = []
         """Eviction events not yet drained (full prefix keys; ``b""`` means everything)."""
+        self.last_refused_claim = 0
+        """Tokens the last refused admission needed, its cached prefix's new lock included."""
 
     # ---------------------------------------------------------------- queries
     @property
@@ -96,7 +104,11 @@ class KVPool:
 
     # ---------------------------------------------------------------- admission
     def try_admit(self, req: Request, output_key: bytes) -> Slot | None:
-        """Lock the request's cached prefix and claim its memory, or change nothing."""
+        """Lock the request's cached prefix and claim its memory, or change nothing.
+
+        Locking makes the matched prefix unevictable, so the claim counts those tokens too
+        when they were not locked already."""
+        protected_before = self.tree.protected_tokens
         matched = self.tree.lock(req.prompt_key)
         cached = min(matched, max(0, req.input_tokens - 1))
         # A retracted request recomputes the output it had generated (SGLang re-prefills it).
@@ -104,6 +116,9 @@ class KVPool:
         reserve = self.reservation(req)
         claim = self.private_tokens + self.reserved_tokens + self.tree.protected_tokens
         if claim + extend + reserve > self.capacity_tokens:
+            self.last_refused_claim = (
+                extend + reserve + self.tree.protected_tokens - protected_before
+            )
             self.tree.unlock(req.prompt_key)
             return None
         self._make_room(extend)
@@ -136,6 +151,20 @@ class KVPool:
             slot.reserved_tokens -= used
             self.reserved_tokens -= used
         return True
+
+    def after_retraction(self) -> None:
+        """Memory ran out: reserve fully again until the ratio has decayed."""
+        self.reserve_output_ratio = 1.0
+
+    def decay_ratio(self, steps: int) -> None:
+        """Let the reservation ratio fall back towards its base by ``steps`` steps' worth."""
+        if self.reserve_output_ratio > self.base_ratio:
+            drop = steps * (1.0 - self.base_ratio) / RATIO_DECAY_STEPS
+            self.reserve_output_ratio = max(self.base_ratio, self.reserve_output_ratio - drop)
+
+    @property
+    def ratio_settled(self) -> bool:
+        return self.reserve_output_ratio == self.base_ratio
 
     def prefill_done(self, slot: Slot) -> None:
         """The prompt is computed: it joins the tree and the lock moves onto all of it."""
