@@ -124,7 +124,7 @@ def test_a_request_that_can_never_fit_is_refused_at_submission() -> None:
 
 
 def test_unknown_batching_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="unknown batching 'vllm'.*sarathi"):
+    with pytest.raises(ConfigError, match=r"unknown batching 'vllm'.*sarathi"):
         EngineConfig(kv_capacity_tokens=10, max_batch_tokens=10, batching="vllm")
 
 

@@ -55,9 +55,7 @@ class EngineConfig:
         if self.max_batch_tokens <= 0:
             raise ConfigError(f"max_batch_tokens must be > 0, got {self.max_batch_tokens}")
         if self.max_running_requests is not None and self.max_running_requests <= 0:
-            raise ConfigError(
-                f"max_running_requests must be > 0, got {self.max_running_requests}"
-            )
+            raise ConfigError(f"max_running_requests must be > 0, got {self.max_running_requests}")
 
 
 @dataclass(slots=True)

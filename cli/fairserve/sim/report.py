@@ -108,8 +108,7 @@ def _jain(result: SimResult, window: tuple[float, float]) -> float:
     start = _sample_at(result.samples, window[0])
     end = _sample_at(result.samples, window[1])
     rates = [
-        (end.cumulative.get(c, 0.0) - start.cumulative.get(c, 0.0))
-        / result.weights.get(c, 1.0)
+        (end.cumulative.get(c, 0.0) - start.cumulative.get(c, 0.0)) / result.weights.get(c, 1.0)
         for c in result.clients
     ]
     return jain_index(max(0.0, r) for r in rates)
