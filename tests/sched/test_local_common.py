@@ -23,7 +23,9 @@ POLICIES: dict[str, dict[str, Any]] = {
     "lpm": {},
     "vtc": {},
     "lcf": {},
-    "dlpm": {},
+    # The fill patience trades strict work conservation for no starvation of large
+    # requests (tested in test_local_dlpm); unlimited patience is the strict setting.
+    "dlpm": {"fill_patience": 10**9},
     "rpm": {"limit_per_min": 100_000},
     "justitia": {},
 }

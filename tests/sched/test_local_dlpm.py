@@ -152,16 +152,34 @@ def test_fill_admits_what_fits_when_the_positive_client_does_not_fit() -> None:
 
 
 def test_strict_algorithm_1_idles_where_the_fill_does_not() -> None:
-    """The reason for the fill: the paper's rule leaves fitting work waiting."""
-    arrivals = [(0, unique_request(f"a{i}", "a", 30, 10)) for i in range(20)]
-    arrivals += [(0, unique_request(f"b{i}", "b", 400, 10)) for i in range(4)]
+    """The reason for the fill: the paper's rule leaves fitting work waiting (and the fill
+    patience, when it pauses the fill for a blocked client, waits far less)."""
     idle = {}
-    for wc in (True, False):
-        engine = StepEngine(DLPM(quantum=50.0, work_conserving=wc), capacity_tokens=450)
+    for wc, patience in ((True, 10**9), (True, 8), (False, 8)):
+        arrivals = [(0, unique_request(f"a{i}", "a", 30, 10)) for i in range(20)]
+        arrivals += [(0, unique_request(f"b{i}", "b", 400, 10)) for i in range(4)]
+        policy = DLPM(quantum=50.0, work_conserving=wc, fill_patience=patience)
+        engine = StepEngine(policy, capacity_tokens=450)
         engine.run(by_step(arrivals), 5000)
         assert len(engine.finished) == len(arrivals)
-        idle[wc] = engine.idle_with_fitting_work
-    assert idle[True] == 0 < idle[False]
+        idle[(wc, patience)] = engine.idle_with_fitting_work
+    assert idle[(True, 10**9)] == 0 < idle[(True, 8)] < idle[(False, 8)]
+
+
+def test_fill_patience_stops_small_requests_starving_a_large_one() -> None:
+    """Without patience, small requests of a client without credit take every token that
+    frees up, and the large request of the client with credit never fits."""
+    admitted_at = {}
+    for patience in (8, 10**9):
+        arrivals = [(20, unique_request("big", "big", 300, 20))]
+        arrivals += [(t, unique_request(f"s{t}", "small", 40, 20)) for t in range(400)]
+        policy = DLPM(quantum=50.0, fill_patience=patience)
+        engine = StepEngine(policy, capacity_tokens=400)
+        big = arrivals[0][1]
+        engine.run(by_step(arrivals), 2000)
+        admitted_at[patience] = big.admit_s
+    assert admitted_at[10**9] is not None and admitted_at[10**9] > 400  # after the flood
+    assert admitted_at[8] is not None and admitted_at[8] <= 20 + 8 + 2
 
 
 # ---------------------------------------------------------------- Theorems 4.1 and 4.2

@@ -45,6 +45,7 @@ class DecisionState:
         for client in self.queued:
             deficits.setdefault(client, 0.0)  # a client never announced joins ``l`` too
         self.positive: set[str] = {c for c in self.queued if deficits[c] > 0}
+        self.credit_blocked = False
 
     def run(self, can_fit: Callable[[Request], bool], admit: Callable[[Request], None]) -> None:
         """Walks over the requests in play until one changes nothing, then the fill."""
@@ -54,6 +55,8 @@ class DecisionState:
             candidates = skipped
             if not progress:
                 break
+        # Clients still holding credit with requests in play are blocked on memory.
+        self.credit_blocked = bool(self.positive)
         if self.fill:
             for req in candidates:
                 if can_fit(req):
