@@ -66,6 +66,8 @@ class SimResult:
     worker_finished: list[int]
     dispatcher: dict[str, Any] = field(default_factory=dict)
     unfinished: dict[str, int] = field(default_factory=dict)
+    queue_samples: list[tuple[float, int]] = field(default_factory=list)
+    """(t_s, requests waiting in all queues) on the sample grid: is the queue bounded?"""
 
 
 class Recorder:
@@ -87,6 +89,7 @@ class Recorder:
         self.counters: dict[str, ClientCounters] = {c: ClientCounters() for c in clients}
         self.samples: list[ServiceSample] = [ServiceSample(0.0, dict(self.service), frozenset())]
         self.records: list[RequestRecord] = []
+        self.queue_samples: list[tuple[float, int]] = [(0.0, 0)]
         self._next_sample_s = interval_s
         self._worker_finished: dict[int, int] = {}
         self._credited: set[int] = set()
@@ -142,8 +145,10 @@ class Recorder:
         for engine in engines:
             backlogged.update(r.client for r in engine.waiting)
         frozen = frozenset(backlogged)
+        queued = sum(len(engine.waiting) for engine in engines)
         while self._next_sample_s <= t_s:
             self.samples.append(ServiceSample(self._next_sample_s, dict(self.service), frozen))
+            self.queue_samples.append((self._next_sample_s, queued))
             self._next_sample_s += self.interval_s
 
     def result(
@@ -170,4 +175,5 @@ class Recorder:
             worker_finished=[self._worker_finished.get(i, 0) for i in range(len(engines))],
             dispatcher=dispatcher.snapshot(),
             unfinished=unfinished,
+            queue_samples=self.queue_samples,
         )

@@ -35,6 +35,7 @@ def build_report(result: SimResult, meta: dict[str, Any] | None = None) -> dict[
             "jain_index": _jain(result, window),
             "jain_window_s": list(window),
             "max_service_gap": max_service_gap(result.samples).value,
+            "queue": _queue(result),
             "clients": _clients(result, span_s),
             "workers": _workers(result, span_s),
         }
@@ -87,6 +88,21 @@ def _workers(result: SimResult, span_s: float) -> list[dict[str, Any]]:
             zip(result.worker_ids, result.worker_stats, strict=True)
         )
     ]
+
+
+def _queue(result: SimResult) -> dict[str, float]:
+    """Queue depth (waiting requests): its peak, mean and value at the end; a queue whose
+    second-half mean far exceeds its first-half mean is not stable at this load."""
+    depths = [q for _, q in result.queue_samples]
+    half = len(depths) // 2
+    first, second = depths[:half] or [0], depths[half:] or [0]
+    return {
+        "max": float(max(depths, default=0)),
+        "mean": sum(depths) / len(depths) if depths else 0.0,
+        "end": float(depths[-1]) if depths else 0.0,
+        "first_half_mean": sum(first) / len(first),
+        "second_half_mean": sum(second) / len(second),
+    }
 
 
 def _active_window(result: SimResult) -> tuple[float, float]:
