@@ -9,18 +9,48 @@ _fairserve() {
         word="${COMP_WORDS[i]}"
         if (( skip )); then skip=0; continue; fi
         case "$node $word" in
-            "fairserve policies") node="$node $word" ;;
+            "fairserve simulate"|"fairserve worker"|"fairserve policies") node="$node $word" ;;
+            "fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token") skip=1 ;;
         esac
     done
+    case "$node $prev" in
+        "fairserve simulate -w") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --workload") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve simulate --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve simulate --workers") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --quantum") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --worker-quantum") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --profile") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --batching") COMPREPLY=( $(compgen -W "sarathi orca vllm-v0 fastertransformer" -- "$cur") ); return 0 ;;
+        "fairserve simulate --duration") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --seed") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --plot") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve simulate --compare") COMPREPLY=(); return 0 ;;
+        "fairserve worker --port") COMPREPLY=(); return 0 ;;
+        "fairserve worker --host") COMPREPLY=(); return 0 ;;
+        "fairserve worker --policy") COMPREPLY=(); return 0 ;;
+        "fairserve worker --quantum") COMPREPLY=(); return 0 ;;
+        "fairserve worker --param") COMPREPLY=(); return 0 ;;
+        "fairserve worker --profile") COMPREPLY=(); return 0 ;;
+        "fairserve worker --batching") COMPREPLY=(); return 0 ;;
+        "fairserve worker --speed") COMPREPLY=(); return 0 ;;
+        "fairserve worker --model-name") COMPREPLY=(); return 0 ;;
+        "fairserve worker --admin-token") COMPREPLY=(); return 0 ;;
+    esac
     if [[ "$cur" == -* ]]; then
         case "$node" in
             "fairserve") COMPREPLY=( $(compgen -W "--version --debug -h --help" -- "$cur") ) ;;
+            "fairserve simulate") COMPREPLY=( $(compgen -W "-w --workload --policy --dispatch --workers --quantum --worker-quantum --profile --batching --duration --seed --json --plot --compare --drain --list-workloads -h --help" -- "$cur") ) ;;
+            "fairserve worker") COMPREPLY=( $(compgen -W "--port --host --policy --quantum --param --profile --batching --speed --model-name --admin-token -h --help" -- "$cur") ) ;;
             "fairserve policies") COMPREPLY=( $(compgen -W "--json -h --help" -- "$cur") ) ;;
         esac
         return 0
     fi
     case "$node" in
-        "fairserve") COMPREPLY=( $(compgen -W "policies" -- "$cur") ) ;;
+        "fairserve") COMPREPLY=( $(compgen -W "simulate worker policies" -- "$cur") ) ;;
+        "fairserve simulate") COMPREPLY=() ;;
+        "fairserve worker") COMPREPLY=() ;;
         "fairserve policies") COMPREPLY=() ;;
     esac
 }

@@ -11,8 +11,10 @@ function __fairserve_node --description 'The fairserve (sub)command being comple
             continue
         end
         switch "$node $word"
-            case 'fairserve policies'
+            case 'fairserve simulate' 'fairserve worker' 'fairserve policies'
                 set node "$node $word"
+            case 'fairserve simulate -w' 'fairserve simulate --workload' 'fairserve simulate --policy' 'fairserve simulate --dispatch' 'fairserve simulate --workers' 'fairserve simulate --quantum' 'fairserve simulate --worker-quantum' 'fairserve simulate --profile' 'fairserve simulate --batching' 'fairserve simulate --duration' 'fairserve simulate --seed' 'fairserve simulate --plot' 'fairserve simulate --compare' 'fairserve worker --port' 'fairserve worker --host' 'fairserve worker --policy' 'fairserve worker --quantum' 'fairserve worker --param' 'fairserve worker --profile' 'fairserve worker --batching' 'fairserve worker --speed' 'fairserve worker --model-name' 'fairserve worker --admin-token'
+                set skip 1
         end
     end
     echo $node
@@ -23,9 +25,38 @@ function __fairserve_at --description 'True when completing the (sub)command nam
 end
 
 complete -c fairserve -f
+complete -c fairserve -n '__fairserve_at fairserve' -a 'simulate' -d 'Run a workload through simulated workers with a chosen policy and dispatcher.'
+complete -c fairserve -n '__fairserve_at fairserve' -a 'worker' -d 'Run a simulated GPU worker behind an SGLang-compatible HTTP API.'
 complete -c fairserve -n '__fairserve_at fairserve' -a 'policies' -d 'List local policies and dispatchers with their parameters.'
 complete -c fairserve -n '__fairserve_at fairserve' -l version -d 'Print the version and exit.'
 complete -c fairserve -n '__fairserve_at fairserve' -l debug -d 'Show a traceback on failure.'
 complete -c fairserve -n '__fairserve_at fairserve' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -s w -l workload -x -d 'Built-in workload name (see --list-workloads) or a workload TOML file.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l policy -x -a 'fcfs lpm vtc lcf dlpm rpm justitia' -d 'Local policy on each worker (see fairserve policies).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l dispatch -x -a 'round-robin least-load cache-aware client-rr doubleq' -d 'Dispatcher placing requests on workers (see fairserve policies).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l workers -x -d 'Number of simulated workers.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l quantum -x -d 'Per-client quantum Q^u of the local policy (policies that have one).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l worker-quantum -x -d 'Per-worker quantum Q^w of the dispatcher (dispatchers that have one; inf ok).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l profile -x -d 'Batch-time profile: a name in profiles/ or a profile TOML file.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l batching -x -a 'sarathi orca vllm-v0 fastertransformer' -d 'Engine batching (the default is SGLang\'s: chunked prefill).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l duration -x -d 'Simulated seconds (default: the workload\'s duration).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l seed -x -d 'Workload seed (default: the workload\'s).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l json -d 'Print one JSON report object.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l plot -r -F -d 'Write service rate and response time over time to this PNG (needs the plot extra).'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l compare -x -d 'Compare POLICY/DISPATCH pairs (a bare POLICY uses --dispatch) on the same workload and seed, e.g. lpm/round-robin,vtc/client-rr,dlpm/doubleq.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l drain -d 'After the duration, keep simulating until every call finished.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -l list-workloads -d 'List the built-in workloads and exit.'
+complete -c fairserve -n '__fairserve_at fairserve simulate' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l port -x -d 'TCP port to listen on (0: any free port).'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l host -x -d 'Address to bind; 127.0.0.1 keeps it local.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l policy -x -d 'Local scheduling policy (see fairserve policies).'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l quantum -x -d 'The policy\'s deficit quantum Q^u (policies with one).'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l param -x -d 'A policy parameter (repeatable), e.g. --param w_q=3.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l profile -x -d 'Batch-time profile: a shipped name or a TOML file.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l batching -x -d 'Batching discipline: sarathi, orca, vllm-v0, fastertransformer.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l speed -x -d 'Simulated seconds per wall-clock second.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l model-name -x -d 'Model name reported to clients.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -l admin-token -x -d 'Require \'Authorization: Bearer TOKEN\' to change the quantum.'
+complete -c fairserve -n '__fairserve_at fairserve worker' -s h -l help -d 'Show this message and exit.'
 complete -c fairserve -n '__fairserve_at fairserve policies' -l json -d 'Print one JSON object {"local_policies": [...], "dispatchers": [...]}.'
 complete -c fairserve -n '__fairserve_at fairserve policies' -s h -l help -d 'Show this message and exit.'

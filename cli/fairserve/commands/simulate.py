@@ -13,9 +13,8 @@ layer. Everything is validated (names, quanta, plot path) before the first simul
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -27,18 +26,16 @@ from fairserve.sim.profile import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.progress import Progress, TaskID
     from rich.table import Table
     from rich.text import Text
 
-    from fairserve.sim.cluster import Progress as ProgressCallback
     from fairserve.sim.cluster import SimConfig
-    from fairserve.sim.compare import RunSpec
-    from fairserve.sim.profile import Profile
+    from fairserve.sim.compare import Bench, RunSpec
     from fairserve.sim.recorder import SimResult
-    from fairserve.workloads.model import Workload
 
 
-def _registry_option(kind: str, load: Callable[[], Sequence[str]], help_text: str) -> Any:
+def _registry_option(kind: str, help_text: str) -> Any:
     """A ``typer.Option`` whose valid names come from a registry, read on first use.
 
     Typer (which vendors click) takes no custom click types, and an ``Enum``/``Literal``
@@ -49,10 +46,10 @@ def _registry_option(kind: str, load: Callable[[], Sequence[str]], help_text: st
     """
 
     def complete() -> list[str]:
-        return list(load())
+        return list(_names(kind))
 
     def check(value: str) -> str:
-        names = load()
+        names = _names(kind)
         if value not in names:
             raise typer.BadParameter(
                 f"unknown {kind} {value!r}; expected one of: {', '.join(names)}"
@@ -63,36 +60,14 @@ def _registry_option(kind: str, load: Callable[[], Sequence[str]], help_text: st
     return typer.Option(metavar=metavar, help=help_text, autocompletion=complete, callback=check)
 
 
-def _policy_names() -> list[str]:
-    from fairserve.sched.registry import local_policies
+def _names(kind: str) -> Sequence[str]:
+    if kind == "batching discipline":
+        from fairserve.sim.engine import BATCHING_DISCIPLINES
 
-    return local_policies()
+        return BATCHING_DISCIPLINES
+    from fairserve.sched import registry
 
-
-def _dispatcher_names() -> list[str]:
-    from fairserve.sched.registry import dispatchers
-
-    return dispatchers()
-
-
-def _batching_names() -> tuple[str, ...]:
-    from fairserve.sim.engine import BATCHING_DISCIPLINES
-
-    return BATCHING_DISCIPLINES
-
-
-@dataclass(frozen=True)
-class _Setup:
-    """What every run of one invocation shares."""
-
-    workload: Workload
-    workload_label: str
-    profile: Profile
-    batching: str
-    workers: int
-    duration_s: float | None
-    seed: int
-    drain: bool
+    return registry.local_policies() if kind == "policy" else registry.dispatchers()
 
 
 def simulate(
@@ -107,16 +82,12 @@ def simulate(
     ] = None,
     policy: Annotated[
         str,
-        _registry_option(
-            "policy", _policy_names, "Local policy on each worker (see fairserve policies)."
-        ),
+        _registry_option("policy", "Local policy on each worker (see fairserve policies)."),
     ] = "dlpm",
     dispatch: Annotated[
         str,
         _registry_option(
-            "dispatcher",
-            _dispatcher_names,
-            "Dispatcher placing requests on workers (see fairserve policies).",
+            "dispatcher", "Dispatcher placing requests on workers (see fairserve policies)."
         ),
     ] = "doubleq",
     workers: Annotated[int, typer.Option(min=1, help="Number of simulated workers.")] = 2,
@@ -140,9 +111,7 @@ def simulate(
     batching: Annotated[
         str,
         _registry_option(
-            "batching discipline",
-            _batching_names,
-            "Engine batching discipline (the default is SGLang's: chunked prefill).",
+            "batching discipline", "Engine batching (the default is SGLang's: chunked prefill)."
         ),
     ] = "sarathi",
     duration_s: Annotated[
@@ -206,16 +175,20 @@ def simulate(
     if duration_s is not None and not 0 < duration_s < math.inf:
         raise ConfigError(f"--duration: expected a positive number of seconds, got {duration_s}")
     specs = _run_specs(policy, dispatch, compare)
-    quanta = _quanta(specs, quantum, worker_quantum)
     if plot is not None:
         from fairserve.sim.plot import check_plot_path
 
         check_plot_path(plot)
-    setup = _setup(workload, profile, batching, workers, duration_s, seed, drain)
-    configs = [_config(setup, spec, *q) for spec, q in zip(specs, quanta, strict=True)]
+    from fairserve.sim.compare import Bench
+    from fairserve.sim.profile import resolve_profile
+    from fairserve.workloads import resolve_workload
+
+    loaded = resolve_workload(workload)
+    bench = Bench(loaded, resolve_profile(profile), batching, workers, duration_s, seed, drain)
+    configs = bench.configs(specs, quantum, worker_quantum)
     show_progress = not json_output and out.stderr.isatty()
-    results = _run_all(setup, specs, configs, out, show_progress)
-    reports = [_report(setup, s, c, r) for s, c, r in zip(specs, configs, results, strict=True)]
+    results = _run_all(bench, specs, configs, out, show_progress)
+    reports = [bench.report(c, r) for c, r in zip(configs, results, strict=True)]
     if compare is None:
         out.data(reports[0])
         out.render(*_single_view(reports[0]))
@@ -226,25 +199,17 @@ def simulate(
         from fairserve.sim.plot import plot_runs
 
         runs = [(spec.label, result) for spec, result in zip(specs, results, strict=True)]
-        plot_runs(runs, plot, title=f"{setup.workload_label} on {setup.workers} workers")
+        plot_runs(runs, plot, title=f"{bench.workload.name} on {bench.workers} workers")
         out.note(f"plot written to {plot}")
 
 
-# ---------------------------------------------------------------------- validation
+# ---------------------------------------------------------------------- listing, parsing
 def _list_workloads(out: Output) -> None:
     from fairserve.workloads import list_builtin
 
-    entries = [{"name": n, "description": d} for n, d in list_builtin()]
-    out.data(entries)
-    if not out.json_mode:
-        from rich.table import Table
-
-        table = Table(title="Built-in workloads", title_justify="left")
-        table.add_column("name", style="bold", no_wrap=True)
-        table.add_column("description")
-        for entry in entries:
-            table.add_row(entry["name"], entry["description"])
-        out.render(table)
+    entries = list_builtin()
+    out.data([{"name": name, "description": text} for name, text in entries])
+    out.render(_table(("name", "description"), entries, title="Built-in workloads", wrap=True))
 
 
 def _run_specs(policy: str, dispatch: str, compare: str | None) -> list[RunSpec]:
@@ -258,137 +223,18 @@ def _run_specs(policy: str, dispatch: str, compare: str | None) -> list[RunSpec]
         raise typer.BadParameter(str(exc), param_hint="'--compare'") from None
 
 
-def _quanta(
-    specs: Sequence[RunSpec], quantum: float | None, worker_quantum: float | None
-) -> list[tuple[float | None, float | None]]:
-    """Per run, the quanta to pass: a given quantum goes to every run that takes one.
-
-    A quantum that no run can use is an error rather than silently ignored: the user
-    believes it shaped the result.
-    """
-    from fairserve.sched.dispatch.base import dispatcher_class
-    from fairserve.sched.local.base import local_policy_class
-
-    takes_q = [_declares(local_policy_class(s.policy).params, "quantum") for s in specs]
-    takes_qw = [_declares(dispatcher_class(s.dispatch).params, "worker_quantum") for s in specs]
-    _check_taken("--quantum", quantum, takes_q, [s.policy for s in specs], "policy")
-    _check_taken(
-        "--worker-quantum", worker_quantum, takes_qw, [s.dispatch for s in specs], "dispatcher"
-    )
-    return [
-        (quantum if q else None, worker_quantum if qw else None)
-        for q, qw in zip(takes_q, takes_qw, strict=True)
-    ]
-
-
-def _declares(params: Sequence[Any], name: str) -> bool:
-    return any(p.name == name for p in params)
-
-
-def _check_taken(
-    flag: str, value: float | None, taken: Sequence[bool], names: Sequence[str], kind: str
-) -> None:
-    if value is None or any(taken):
-        return
-    listed = ", ".join(dict.fromkeys(names))
-    raise ConfigError(
-        f"{flag}: {kind} {listed} has no quantum; drop {flag} or pick a {kind}"
-        f" that has one (see fairserve policies)"
-    )
-
-
-def _setup(
-    workload: str,
-    profile: str,
-    batching: str,
-    workers: int,
-    duration_s: float | None,
-    seed: int | None,
-    drain: bool,
-) -> _Setup:
-    from fairserve.sim.profile import resolve_profile
-    from fairserve.workloads import resolve_workload
-
-    loaded = resolve_workload(workload)
-    return _Setup(
-        workload=loaded,
-        workload_label=loaded.name,
-        profile=resolve_profile(profile),
-        batching=batching,
-        workers=workers,
-        duration_s=duration_s,
-        seed=loaded.seed if seed is None else seed,
-        drain=drain,
-    )
-
-
-def _config(
-    setup: _Setup, spec: RunSpec, quantum: float | None, worker_quantum: float | None
-) -> SimConfig:
-    """The simulation of one run; building the policies once here validates every parameter
-    before any run starts (a bad quantum in the third run must not cost two runs first)."""
-    from fairserve.sched.registry import make_dispatcher, make_local_policy
-    from fairserve.sim.cluster import SimConfig
-    from fairserve.sim.engine import EngineConfig
-
-    profile = setup.profile
-    engine = EngineConfig(
-        kv_capacity_tokens=profile.kv_capacity_tokens,
-        max_batch_tokens=profile.max_batch_tokens,
-        max_running_requests=profile.max_running_requests,
-        batching=setup.batching,
-    )
-    q: dict[str, Any] = {} if quantum is None else {"quantum": quantum}
-    qw: dict[str, Any] = {} if worker_quantum is None else {"worker_quantum": worker_quantum}
-    make_local_policy(spec.policy, **q)
-    make_dispatcher(spec.dispatch, ["w0"], **qw)
-    return SimConfig(
-        engine=engine,
-        time_model=profile.batch_time(),
-        policy=spec.policy,
-        dispatch=spec.dispatch,
-        workers=setup.workers,
-        quantum=quantum,
-        worker_quantum=worker_quantum,
-        duration_s=setup.duration_s,
-        seed=setup.seed,
-        drain=setup.drain,
-    )
-
-
 # ---------------------------------------------------------------------- running
 def _run_all(
-    setup: _Setup,
-    specs: Sequence[RunSpec],
-    configs: Sequence[SimConfig],
-    out: Output,
-    show_progress: bool,
+    bench: Bench, specs: Sequence[RunSpec], configs: Sequence[SimConfig], out: Output, bars: bool
 ) -> list[SimResult]:
-    from fairserve.sim.cluster import simulate as run_simulation
-
-    results = []
-    with _progress_bars(out, show_progress) as bar:
-        for spec, config in zip(specs, configs, strict=True):
-            results.append(run_simulation(setup.workload, config, bar(spec.label)))
-    return results
-
-
-@contextmanager
-def _progress_bars(
-    out: Output, enabled: bool
-) -> Iterator[Callable[[str], ProgressCallback | None]]:
-    """Yields ``bar(label)``: a progress callback drawing one rich bar on stderr, or None.
-
-    The simulator calls back every few hundred events, so updates stay cheap; the bars are
-    transient and disappear once the report prints.
-    """
-    if not enabled:
-        yield lambda label: None
-        return
+    """Run every configuration; with ``bars``, one transient rich progress bar per run on
+    stderr (the simulator calls back every few hundred events, so updates stay cheap)."""
+    if not bars:
+        return [bench.run(config) for config in configs]
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bars = Progress(
+    progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed:.0f}/{task.total:.0f} simulated s"),
@@ -396,54 +242,88 @@ def _progress_bars(
         console=Console(file=out.stderr),
         transient=True,
     )
-
-    def bar(label: str) -> ProgressCallback | None:
-        task = bars.add_task(label, total=None)
-
-        def update(done_s: float, total_s: float) -> None:
-            bars.update(task, completed=done_s, total=total_s)
-
-        return update
-
-    with bars:
-        yield bar
+    results = []
+    with progress:
+        for spec, config in zip(specs, configs, strict=True):
+            task = progress.add_task(spec.label, total=bench.span_s)
+            results.append(bench.run(config, partial(_advance, progress, task)))
+    return results
 
 
-def _report(setup: _Setup, spec: RunSpec, config: SimConfig, result: SimResult) -> dict[str, Any]:
-    from fairserve.sched.dispatch.base import dispatcher_class
-    from fairserve.sched.local.base import local_policy_class
-    from fairserve.sim.report import build_report
-
-    meta = {
-        "workload": setup.workload_label,
-        "policy": spec.policy,
-        "dispatch": spec.dispatch,
-        "worker_count": setup.workers,
-        "profile": setup.profile.name,
-        "batching": setup.batching,
-        "seed": setup.seed,
-        "drain": setup.drain,
-        "quantum": _effective(local_policy_class(spec.policy).params, "quantum", config.quantum),
-        "worker_quantum": _effective(
-            dispatcher_class(spec.dispatch).params, "worker_quantum", config.worker_quantum
-        ),
-    }
-    return build_report(result, meta)
-
-
-def _effective(params: Sequence[Any], name: str, given: float | None) -> float | str | None:
-    """The quantum a run used (given, else the declared default); None if it has none.
-
-    Infinity is written ``"inf"``, as ``fairserve policies --json`` does: JSON has none.
-    """
-    declared = next((p for p in params if p.name == name), None)
-    if declared is None:
-        return None
-    value = float(declared.default if given is None else given)
-    return "inf" if math.isinf(value) else value
+def _advance(progress: Progress, task: TaskID, done_s: float, total_s: float) -> None:
+    progress.update(task, completed=done_s, total=total_s)
 
 
 # ---------------------------------------------------------------------- views
+def _single_view(report: dict[str, Any]) -> list[RenderableType]:
+    throughput = report["throughput"]
+    summary = [
+        ("throughput (tokens/s)", _num(throughput["tokens_per_s"], 0)),
+        ("service/s", _num(throughput["service_per_s"], 0)),
+        ("requests/s", _num(throughput["requests_per_s"], 2)),
+        ("cache hit rate", _pct(report["cache_hit_rate"])),
+        ("Jain's index", _num(report["jain_index"], 3)),
+        ("max service gap", _num(report["max_service_gap"], 0)),
+    ]
+    clients = [_client_row(name, c) for name, c in report["clients"].items()]
+    workers = [
+        (w["id"], str(w["requests"]), _pct(w["cache_hit_rate"]), _pct(w["busy_fraction"]))
+        for w in report["workers"]
+    ]
+    client_headers = ("client", "weight", "finished", "unfinished", "service/s")
+    return [
+        _heading(report, f"{report['policy']}/{report['dispatch']}"),
+        _table(("metric", "value"), summary, show_header=False),
+        _table(
+            (*client_headers, "latency\np50", "latency\np99", "TTFT\np50", "TTFT\np99"),
+            clients,
+            title="Clients (latency and TTFT in s)",
+        ),
+        _table(("worker", "requests", "cache hit rate", "busy"), workers, title="Workers"),
+    ]
+
+
+def _client_row(name: str, c: dict[str, Any]) -> tuple[str, ...]:
+    latency = (_num(c["latency_p50_s"], 2), _num(c["latency_p99_s"], 2))
+    ttft = (_num(c["ttft_p50_s"], 3), _num(c["ttft_p99_s"], 3))
+    counts = (str(c["requests"]), str(c["unfinished"]))
+    return (name, _num(c["weight"], 2), *counts, _num(c["service_rate"], 0), *latency, *ttft)
+
+
+def _compare_view(
+    specs: Sequence[RunSpec], reports: Sequence[dict[str, Any]]
+) -> list[RenderableType]:
+    from fairserve.sim.compare import best_indices, comparison_row
+
+    rows = [comparison_row(s.label, r) for s, r in zip(specs, reports, strict=True)]
+    best_tokens = best_indices([r.tokens_per_s for r in rows])
+    best_jain = best_indices([r.jain_index for r in rows])
+    summary = [
+        (
+            row.label,
+            _best(_num(row.tokens_per_s, 0), index in best_tokens),
+            _num(row.service_per_s, 0),
+            _pct(row.cache_hit_rate),
+            _best(_num(row.jain_index, 3), index in best_jain),
+            _num(row.max_service_gap, 0),
+        )
+        for index, row in enumerate(rows)
+    ]
+    latency = [
+        (client, *(_num(row.latency_p99_s.get(client), 2) for row in rows))
+        for client in rows[0].latency_p99_s
+    ]
+    return [
+        _heading(reports[0], f"{len(rows)} runs"),
+        _table(
+            ("policy/dispatch", "tokens/s", "service/s", "cache hit", "Jain", "max gap"),
+            summary,
+            caption="* best throughput / best Jain's index",
+        ),
+        _table(("client", *(r.label for r in rows)), latency, title="p99 latency (s) per client"),
+    ]
+
+
 def _heading(report: dict[str, Any], runs: str) -> Text:
     """One line saying what was simulated (shared by every run of a comparison)."""
     from rich.text import Text
@@ -456,102 +336,42 @@ def _heading(report: dict[str, Any], runs: str) -> Text:
     )
 
 
-def _single_view(report: dict[str, Any]) -> list[RenderableType]:
-    runs = f"{report['policy']}/{report['dispatch']}"
-    return [
-        _heading(report, runs),
-        _summary_table(report),
-        _clients_table(report),
-        _workers_table(report),
-    ]
-
-
-def _summary_table(report: dict[str, Any]) -> Table:
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    show_header: bool = True,
+    wrap: bool = False,
+) -> Table:
+    """Names on the left (kept at full width up to 24 characters), then numbers on the right
+    or, with ``wrap``, text that wraps."""
+    from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
-    throughput = report["throughput"]
-    table = Table(show_header=False)
-    table.add_column("metric", style="bold")
-    table.add_column("value", justify="right")
-    table.add_row("throughput (tokens/s)", _num(throughput["tokens_per_s"], 0))
-    table.add_row("service/s", _num(throughput["service_per_s"], 0))
-    table.add_row("requests/s", _num(throughput["requests_per_s"], 2))
-    table.add_row("cache hit rate", _pct(report["cache_hit_rate"]))
-    table.add_row("Jain's index", _num(report["jain_index"], 3))
-    table.add_row("max service gap", _num(report["max_service_gap"], 0))
-    return table
-
-
-def _clients_table(report: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    table = Table(title="Clients (latency and TTFT in s)", title_justify="left")
-    headers = ["client", "weight", "requests", "unfinished", "service", "service/s"]
-    headers += ["lat p50", "lat p99", "TTFT p50", "TTFT p99"]
-    for index, header in enumerate(headers):
-        table.add_column(header, justify="left" if index == 0 else "right", no_wrap=index == 0)
-    for name, c in report["clients"].items():
-        table.add_row(
-            name,
-            _num(c["weight"], 2),
-            str(c["requests"]),
-            str(c["unfinished"]),
-            _num(c["service"], 0),
-            _num(c["service_rate"], 0),
-            *(_num(c[k], 2) for k in ("latency_p50_s", "latency_p99_s")),
-            *(_num(c[k], 3) for k in ("ttft_p50_s", "ttft_p99_s")),
-        )
-    return table
-
-
-def _workers_table(report: dict[str, Any]) -> Table:
-    from rich.table import Table
-
-    table = Table(title="Workers", title_justify="left")
-    for index, header in enumerate(["worker", "requests", "cache hit rate", "busy"]):
-        table.add_column(header, justify="left" if index == 0 else "right")
-    for worker in report["workers"]:
-        table.add_row(
-            worker["id"],
-            str(worker["requests"]),
-            _pct(worker["cache_hit_rate"]),
-            _pct(worker["busy_fraction"]),
-        )
-    return table
-
-
-def _compare_view(
-    specs: Sequence[RunSpec], reports: Sequence[dict[str, Any]]
-) -> list[RenderableType]:
-    from rich.table import Table
-
-    from fairserve.sim.compare import best_indices, comparison_row
-
-    rows = [comparison_row(s.label, r) for s, r in zip(specs, reports, strict=True)]
-    best_tokens = best_indices([r.tokens_per_s for r in rows])
-    best_jain = best_indices([r.jain_index for r in rows])
-    table = Table(caption="* best throughput / best Jain's index", caption_justify="left")
-    headers = ["policy/dispatch", "tokens/s", "service/s", "requests/s", "cache hit"]
-    headers += ["Jain", "max gap"]
-    for index, header in enumerate(headers):
-        table.add_column(header, justify="left" if index == 0 else "right", no_wrap=True)
-    for index, row in enumerate(rows):
-        table.add_row(
-            row.label,
-            _best(_num(row.tokens_per_s, 0), index in best_tokens),
-            _num(row.service_per_s, 0),
-            _num(row.requests_per_s, 2),
-            _pct(row.cache_hit_rate),
-            _best(_num(row.jain_index, 3), index in best_jain),
-            _num(row.max_service_gap, 0),
-        )
-    latency = Table(title="p99 latency (s) per client", title_justify="left")
-    latency.add_column("client", no_wrap=True)
+    table = Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        show_header=show_header,
+        box=SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    names = [len(headers[0]), *(len(row[0]) for row in rows)]
+    table.add_column(
+        headers[0],
+        no_wrap=True,
+        min_width=min(max(names), 24),
+        style="bold" if not show_header else None,
+    )
+    for header in headers[1:]:
+        table.add_column(header, justify="left" if wrap else "right", no_wrap=not wrap)
     for row in rows:
-        latency.add_column(row.label, justify="right", no_wrap=True)
-    for client in rows[0].latency_p99_s:
-        latency.add_row(client, *(_num(row.latency_p99_s.get(client), 2) for row in rows))
-    return [_heading(reports[0], f"{len(rows)} runs"), table, latency]
+        table.add_row(*row)
+    return table
 
 
 def _best(text: str, is_best: bool) -> str:

@@ -146,7 +146,7 @@ def plot_runs(runs: Sequence[tuple[str, SimResult]], path: Path, title: str | No
     if not runs:
         raise ConfigError("nothing to plot: no runs")
     columns = len(runs)
-    figure = Figure(figsize=(5.0 * columns, 7.0), layout="constrained")
+    figure = Figure(figsize=(max(8.0, 5.0 * columns), 7.0), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(2, columns, sharex="col", sharey="row", squeeze=False)
     clients = list(dict.fromkeys(c for _, result in runs for c in result.clients))
@@ -159,6 +159,9 @@ def plot_runs(runs: Sequence[tuple[str, SimResult]], path: Path, title: str | No
             latency_ax.scatter(series.t_s, series.values, s=4, color=colors[client], alpha=0.35)
         rate_ax.set_title(label)
         latency_ax.set_xlabel("time (s)")
+    for ax in axes.flat:  # after drawing: a bottom-only limit freezes the top too
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("service rate (service/s)")
     axes[1][0].set_ylabel("response time (s) by arrival, finished requests")
     if len(clients) <= 12:
@@ -172,5 +175,3 @@ def plot_runs(runs: Sequence[tuple[str, SimResult]], path: Path, title: str | No
 def _lines(ax: Axes, lines: dict[str, Series], colors: dict[str, str]) -> None:
     for client, series in lines.items():
         ax.plot(series.t_s, series.values, label=client, color=colors[client], linewidth=1.2)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)

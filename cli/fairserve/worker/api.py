@@ -1,0 +1,276 @@
+"""Parsing and validating the bodies of the generation endpoints.
+
+Every route turns its JSON body into one :class:`GenerationSpec`, so the runtime and the
+response writers never see route-specific shapes. Validation is strict about what the
+simulator uses (prompt, output length, identity) and lenient about the rest: SGLang and
+OpenAI clients (and routers such as ``sglang-router``) send many sampling and logging fields
+(``temperature``, ``top_p``, ``model: null``, ``log_metrics``...) that a simulated engine
+accepts and ignores. Every error says which field is wrong and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeGuard
+
+from fairserve.core.types import ANONYMOUS_CLIENT
+from fairserve.worker.tokenizer import render_chat, tokenize
+
+Route = Literal["generate", "completions", "chat"]
+
+DEFAULT_MAX_NEW_TOKENS = 128
+"""``/generate`` and chat default (SGLang's ``max_new_tokens`` default)."""
+DEFAULT_COMPLETION_TOKENS = 16
+"""``/v1/completions`` default (the OpenAI API's ``max_tokens`` default)."""
+MAX_TOKEN_ID = 2**32 - 1
+
+CLIENT_HEADER = "X-Fairserve-Client"
+APP_HEADER = "X-Fairserve-App"
+
+_BATCHED = "batched requests are not supported: send one prompt per request"
+
+
+class ApiError(Exception):
+    """A request the worker refuses; ``status`` is the HTTP status to answer with."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str = "invalid_request_error",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = dict(headers or {})
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, message)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationSpec:
+    """One generation request, whatever route it came through."""
+
+    route: Route
+    rid: str
+    client: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stream: bool
+    app: str | None = None
+    include_usage: bool = False
+    model: str | None = None
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 that says what is wrong with it."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"request body: expected a JSON object, got {_type_name(body)}")
+    return body
+
+
+def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> GenerationSpec:
+    """SGLang's native ``POST /generate``: ``text`` or ``input_ids``, ``sampling_params``."""
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if text is not None and input_ids is not None:
+        raise bad_request("give either 'text' or 'input_ids', not both")
+    if text is None and input_ids is None:
+        raise bad_request("missing field: 'text' or 'input_ids' is required")
+    if isinstance(text, list) or (isinstance(input_ids, list) and _is_nested(input_ids)):
+        raise bad_request(_BATCHED)
+    ids = _prompt_from_text(text, "text") if text is not None else _token_ids(input_ids)
+    params = body.get("sampling_params")
+    params = {} if params is None else params
+    if not isinstance(params, dict):
+        raise bad_request(f"sampling_params: expected a JSON object, got {_type_name(params)}")
+    max_new = _non_negative_int(
+        params.get("max_new_tokens"), "sampling_params.max_new_tokens", DEFAULT_MAX_NEW_TOKENS
+    )
+    _optional_bool(params.get("ignore_eos"), "sampling_params.ignore_eos")
+    rid = body.get("rid")
+    if isinstance(rid, list):
+        raise bad_request(_BATCHED)
+    return GenerationSpec(
+        route="generate",
+        rid=_rid(rid, "rid"),
+        client=_client(body.get("routing_key"), "routing_key", headers, None),
+        prompt_ids=ids,
+        max_new_tokens=max_new,
+        stream=_optional_bool(body.get("stream"), "stream"),
+        app=headers.get(APP_HEADER),
+    )
+
+
+def parse_completion(body: Mapping[str, Any], headers: Mapping[str, str]) -> GenerationSpec:
+    """OpenAI ``POST /v1/completions``: ``prompt`` as a string or token ids."""
+    if "prompt" not in body:
+        raise bad_request("missing field: 'prompt'")
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one is one prompt
+    if isinstance(prompt, list) and _is_nested_or_text(prompt):
+        raise bad_request(_BATCHED)
+    ids = _prompt_from_text(prompt, "prompt") if not isinstance(prompt, list) else prompt
+    return _openai_spec("completions", body, headers, _token_ids(ids, "prompt"))
+
+
+def parse_chat(body: Mapping[str, Any], headers: Mapping[str, str]) -> GenerationSpec:
+    """OpenAI ``POST /v1/chat/completions``: messages rendered with a fixed template."""
+    messages = body.get("messages")
+    if messages is None:
+        raise bad_request("missing field: 'messages'")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request(
+            f"messages: expected a non-empty list of messages, got {_type_name(messages)}"
+        )
+    rendered = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    return _openai_spec("chat", body, headers, tokenize(render_chat(rendered)))
+
+
+def _openai_spec(
+    route: Route, body: Mapping[str, Any], headers: Mapping[str, str], ids: list[int]
+) -> GenerationSpec:
+    default = DEFAULT_COMPLETION_TOKENS if route == "completions" else DEFAULT_MAX_NEW_TOKENS
+    field = "max_tokens"
+    value = body.get("max_tokens")
+    if route == "chat" and body.get("max_completion_tokens") is not None:
+        field, value = "max_completion_tokens", body["max_completion_tokens"]
+    max_new = _non_negative_int(value, field, default)
+    n = body.get("n", 1)
+    if n is not None and n != 1:
+        raise bad_request(f"n: only n = 1 is supported, got {n!r}")
+    options = body.get("stream_options")
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise bad_request(f"stream_options: expected a JSON object, got {_type_name(options)}")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request(f"model: expected a string, got {_type_name(model)}")
+    return GenerationSpec(
+        route=route,
+        rid=_rid(body.get("rid"), "rid"),
+        client=_client(body.get("routing_key"), "routing_key", headers, body.get("user")),
+        prompt_ids=ids,
+        max_new_tokens=max_new,
+        stream=_optional_bool(body.get("stream"), "stream"),
+        app=headers.get(APP_HEADER),
+        include_usage=_optional_bool(options.get("include_usage"), "stream_options.include_usage"),
+        model=model,
+    )
+
+
+# ------------------------------------------------------------------ fields
+def _prompt_from_text(text: object, field: str) -> list[int]:
+    if not isinstance(text, str):
+        raise bad_request(f"{field}: expected a string, got {_type_name(text)}")
+    ids = tokenize(text)
+    if not ids:
+        raise bad_request(f"{field}: the prompt is empty")
+    return ids
+
+
+def _token_ids(value: object, field: str = "input_ids") -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise bad_request(f"{field}: expected a non-empty list of token ids")
+    for i, token in enumerate(value):
+        if not _is_int(token) or not 0 <= token <= MAX_TOKEN_ID:
+            raise bad_request(
+                f"{field}[{i}]: expected a token id (an integer in 0..{MAX_TOKEN_ID}), "
+                f"got {token!r}"
+            )
+    return list(value)
+
+
+def _message(message: object, where: str) -> tuple[str, str]:
+    if not isinstance(message, dict):
+        raise bad_request(f"{where}: expected an object with 'role' and 'content'")
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise bad_request(f"{where}.role: expected a non-empty string, got {role!r}")
+    content = message.get("content")
+    if content is None:
+        return role, ""
+    if isinstance(content, str):
+        return role, content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
+                raise bad_request(f"{where}.content[{j}]: expected a text part {{'text': ...}}")
+            texts.append(part.get("text", ""))
+        return role, "".join(texts)
+    raise bad_request(
+        f"{where}.content: expected a string or a list of text parts, got {_type_name(content)}"
+    )
+
+
+def _non_negative_int(value: object, field: str, default: int) -> int:
+    if value is None:
+        return default
+    if not _is_int(value) or value < 0:
+        raise bad_request(f"{field}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _optional_bool(value: object, field: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad_request(f"{field}: expected true or false, got {value!r}")
+    return value
+
+
+def _rid(value: object, field: str) -> str:
+    if value is None:
+        return uuid.uuid4().hex
+    if not isinstance(value, str) or not value:
+        raise bad_request(f"{field}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _client(value: object, field: str, headers: Mapping[str, str], user: object) -> str:
+    """Client identity: ``routing_key``, then the fairserve header, then OpenAI's ``user``."""
+    for candidate, where in ((value, field), (headers.get(CLIENT_HEADER), CLIENT_HEADER)):
+        if candidate is not None:
+            if not isinstance(candidate, str) or not candidate:
+                raise bad_request(f"{where}: expected a non-empty string, got {candidate!r}")
+            return candidate
+    if isinstance(user, str) and user:
+        return user
+    if user is not None and not isinstance(user, str):
+        raise bad_request(f"user: expected a string, got {_type_name(user)}")
+    return ANONYMOUS_CLIENT
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_nested(values: list[Any]) -> bool:
+    return any(isinstance(v, list) for v in values)
+
+
+def _is_nested_or_text(values: list[Any]) -> bool:
+    return any(isinstance(v, list | str) for v in values)
+
+
+def _type_name(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,185 @@
+"""Response bodies in the shapes SGLang and OpenAI clients parse.
+
+* native ``/generate``: ``{"text", "output_ids", "meta_info": {...}}``; a stream repeats
+  that shape with the *cumulative* text so far (SGLang's behaviour);
+* ``/v1/completions`` and ``/v1/chat/completions``: OpenAI objects with ``usage``; streams
+  carry *deltas* (``chat.completion.chunk`` with ``delta.content``).
+
+Everything here is a pure function of a :class:`~fairserve.worker.runtime.Ticket`, so the
+handlers only decide *when* to write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from fairserve.worker.api import ApiError
+from fairserve.worker.runtime import Ticket
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    """``{"error": {"message", "type", "code"}}`` (OpenAI's shape; ``code`` = HTTP status)."""
+    kind = _ERROR_TYPES.get(error.status, "server_error" if error.status >= 500 else error.code)
+    return {"error": {"message": error.message, "type": kind, "code": error.status}}
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + dumps(payload).encode() + b"\n\n"
+
+
+def dumps(payload: Any) -> str:
+    """JSON text; NaN and infinities become null (they are not JSON)."""
+    return json.dumps(json_safe(payload), allow_nan=False)
+
+
+def json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def openai_finish(ticket: Ticket) -> str | None:
+    reason = ticket.finish_reason
+    return None if reason is None else str(reason["type"])
+
+
+def usage(ticket: Ticket) -> dict[str, Any]:
+    prompt = ticket.req.input_tokens
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": ticket.produced,
+        "total_tokens": prompt + ticket.produced,
+        "prompt_tokens_details": {"cached_tokens": ticket.req.cached_tokens},
+    }
+
+
+# ------------------------------------------------------------------ native
+def native_body(ticket: Ticket) -> dict[str, Any]:
+    """The ``/generate`` response (or stream chunk: cumulative text so far)."""
+    req = ticket.req
+    latency = ticket.latency_s
+    return {
+        "text": ticket.output.text(0, ticket.produced),
+        "output_ids": ticket.output.token_ids(ticket.produced),
+        "meta_info": {
+            "id": req.id,
+            "prompt_tokens": req.input_tokens,
+            "completion_tokens": ticket.produced,
+            "cached_tokens": req.cached_tokens,
+            "finish_reason": ticket.finish_reason,
+            "e2e_latency": latency if latency is not None else 0.0,
+        },
+    }
+
+
+# ------------------------------------------------------------------ OpenAI
+def completion_body(ticket: Ticket, model: str, created: int) -> dict[str, Any]:
+    return {
+        "id": f"cmpl-{ticket.req.id}",
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": ticket.output.text(0, ticket.produced),
+                "logprobs": None,
+                "finish_reason": openai_finish(ticket),
+            }
+        ],
+        "usage": usage(ticket),
+    }
+
+
+def completion_chunk(
+    ticket: Ticket, model: str, created: int, start: int, stop: int
+) -> dict[str, Any]:
+    return {
+        "id": f"cmpl-{ticket.req.id}",
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": ticket.output.text(start, stop),
+                "logprobs": None,
+                "finish_reason": openai_finish(ticket),
+            }
+        ],
+    }
+
+
+def chat_content(ticket: Ticket, start: int, stop: int) -> str:
+    """The answer text; the generated leading space belongs to the template, not the answer
+    (see ``tokenizer``), so the first token's space is dropped."""
+    text = ticket.output.text(start, stop)
+    return text[1:] if start == 0 and text.startswith(" ") else text
+
+
+def chat_body(ticket: Ticket, model: str, created: int) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{ticket.req.id}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": chat_content(ticket, 0, ticket.produced),
+                },
+                "logprobs": None,
+                "finish_reason": openai_finish(ticket),
+            }
+        ],
+        "usage": usage(ticket),
+    }
+
+
+def chat_chunk(
+    ticket: Ticket,
+    model: str,
+    created: int,
+    delta: dict[str, Any],
+    finish: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{ticket.req.id}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def usage_chunk(ticket: Ticket, model: str, created: int) -> dict[str, Any]:
+    """The extra last chunk of ``stream_options.include_usage``: no choices, usage only."""
+    prefix = "chatcmpl" if ticket.spec.route == "chat" else "cmpl"
+    kind = "chat.completion.chunk" if ticket.spec.route == "chat" else "text_completion"
+    return {
+        "id": f"{prefix}-{ticket.req.id}",
+        "object": kind,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(ticket),
+    }

@@ -1,0 +1,114 @@
+"""Deterministic stand-ins for a tokenizer and a model's output text.
+
+The simulated worker must never download a tokenizer, yet prefix caching only works if
+equal text prefixes give equal token prefixes. So text is split into word and punctuation
+*pieces* (leading whitespace attached, as byte-pair tokenizers do) and each piece maps to a
+stable id: ``blake2b(piece) mod VOCAB_SIZE``. The same text gives the same ids in every
+process and on every machine (``hash()`` would not: it is salted per process).
+
+Output text is synthetic: words drawn from a fixed list by a generator seeded with the
+request id, so a request's output is reproducible. Each output token *is* one such piece,
+and its id is the piece's id, so a follow-up call that quotes an answer (a chat's next
+turn) tokenises it back to exactly the output tokens the engine cached.
+
+Chat messages are rendered with one fixed template, ``<|role|> content\\n`` per message and a
+trailing ``<|assistant|>``; an answer is generated as `` word word ...`` (leading space), so
+the next turn's rendering ``<|assistant|> word word ...`` repeats the generated tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+VOCAB_SIZE = 32000
+"""Token ids are in ``[0, VOCAB_SIZE)``, like a Llama-2-sized vocabulary."""
+
+_PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+"""A word or a punctuation mark with its leading whitespace, or trailing whitespace."""
+
+_WORD_LIST = (
+    "the of and to in is was for on with as by at from that this it be are or an have not "
+    "but they which one you were all we when there can more has been if will their so out "
+    "about up what time into only new some could these two may first then do any like my "
+    "now over such our man me even most made after also did many before must through back "
+    "years where much your way well down should because each just those people how too "
+    "little state good very make world still own see men work long get here between both "
+    "life being under never day same another know while last might us great old year off "
+    "come since against go came right used take three states himself few house use during "
+    "without again place around however home small found thought went say part once high "
+    "general upon school every does got united left number course war until always away "
+    "something fact though water less public put think almost hand enough far took head "
+    "yet government system better set told nothing night end why called eyes find going "
+    "look asked later knew point next program city business give group toward young days "
+    "let room president side social given present several order national possible rather "
+    "second face per among form important often things looked early white case john become "
+    "large big need four within felt along children saw best church ever least power "
+    "development light thing seemed family interest want members mind country area others "
+    "done turned although open god service certain kind problem began different door thus "
+    "help sense means whole matter perhaps itself york times law human line above name "
+    "example action company hands local show whether five history gave today either act "
+    "feet across taken past quite anything seen having death experience body word half "
+    "really week field car words already themselves information tell together college shall"
+)
+_WORDS = tuple(_WORD_LIST.split())
+
+
+@lru_cache(maxsize=1 << 16)
+def piece_id(piece: str) -> int:
+    """The token id of one piece (stable across processes)."""
+    digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % VOCAB_SIZE
+
+
+def pieces(text: str) -> list[str]:
+    """``text`` split into pieces; joining them gives ``text`` back."""
+    return _PIECE.findall(text)
+
+
+def tokenize(text: str) -> list[int]:
+    """Token ids of ``text``; a text that extends another extends its token ids too,
+    except possibly at the last piece of the shorter one (a word cut in the middle)."""
+    return [piece_id(p) for p in pieces(text)]
+
+
+_OUTPUT_PIECES = tuple(" " + word for word in _WORDS)
+_OUTPUT_IDS = np.array([piece_id(p) for p in _OUTPUT_PIECES], dtype="<u4")
+
+
+class SyntheticOutput:
+    """The output a request will produce: ``max_tokens`` pieces chosen by its id.
+
+    Computed up front because the engine caches a finished request's output tokens (the
+    ``output_key`` of ``Engine.submit``) and needs them at submission; numpy keeps that
+    cheap even for an output of hundreds of thousands of tokens."""
+
+    __slots__ = ("_choices",)
+
+    def __init__(self, rid: str, max_tokens: int) -> None:
+        seed = int.from_bytes(hashlib.blake2b(rid.encode("utf-8"), digest_size=8).digest())
+        rng = np.random.default_rng(seed)
+        self._choices = rng.integers(0, len(_OUTPUT_PIECES), size=max_tokens)
+
+    def token_ids(self, count: int | None = None) -> list[int]:
+        chosen = self._choices if count is None else self._choices[:count]
+        ids: list[int] = _OUTPUT_IDS[chosen].tolist()
+        return ids
+
+    def token_key(self) -> bytes:
+        """All output token ids as a token key (``core.types.tokens_to_key`` layout)."""
+        return _OUTPUT_IDS[self._choices].tobytes()
+
+    def text(self, start: int, stop: int) -> str:
+        """The text of output tokens ``start .. stop-1`` (starts with a space)."""
+        return "".join(_OUTPUT_PIECES[i] for i in self._choices[start:stop])
+
+
+def render_chat(messages: Sequence[tuple[str, str]]) -> str:
+    """The prompt text of a chat: ``<|role|> content`` lines, then ``<|assistant|>``."""
+    lines = "".join(f"<|{role}|> {content}\n" for role, content in messages)
+    return lines + "<|assistant|>"

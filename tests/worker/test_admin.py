@@ -1,0 +1,197 @@
+"""Info, health, metrics and the fairserve extension over real HTTP."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.worker.helpers import (
+    get_json,
+    make_config,
+    post_json,
+    run,
+    runtime_of,
+    serving,
+    tiny_profile,
+)
+
+SGLANG_METRICS = {
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:cache_hit_rate",
+    "sglang:token_usage",
+    "sglang:prompt_tokens",
+    "sglang:generation_tokens",
+    "sglang:num_requests",
+    "sglang:e2e_request_latency_seconds",
+    "sglang:time_to_first_token_seconds",
+}
+
+
+def test_health_info_and_models() -> None:
+    async def body() -> None:
+        async with serving(make_config(model_name="sim-8b")) as (_, session):
+            assert (await get_json(session, "/health"))[0] == 200
+            assert (await get_json(session, "/health_generate"))[0] == 200
+            for path in ("/get_server_info", "/server_info"):
+                status, info = await get_json(session, path)
+                assert status == 200
+                assert info["max_total_num_tokens"] == 4096
+                assert info["chunked_prefill_size"] == 512
+                assert info["max_running_requests"] == 2048
+                assert info["model_path"] == "sim-8b"
+                assert info["fairserve"] == {
+                    "engine": "sim",
+                    "policy": "dlpm",
+                    "quantum": 512.0,
+                    "profile": "tiny",
+                    "gpu": "Test GPU",
+                    "model": "test/model",
+                    "speed": 50.0,
+                    "batching": "sarathi",
+                }
+            for path in ("/get_model_info", "/model_info"):
+                _, model = await get_json(session, path)
+                assert model["model_path"] == "sim-8b"
+                assert model["is_generation"] is True
+            _, models = await get_json(session, "/v1/models")
+            assert [m["id"] for m in models["data"]] == ["sim-8b"]
+            _, load = await get_json(session, "/get_load")
+            assert load == [{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}]
+
+    run(body())
+
+
+def test_metrics_parse_and_carry_sglang_names() -> None:
+    async def body() -> None:
+        async with serving() as (_, session):
+            request = {"text": "one two three", "sampling_params": {"max_new_tokens": 4}}
+            for _ in range(2):
+                assert (await post_json(session, "/generate", request))[0] == 200
+            async with session.get("/metrics") as resp:
+                assert resp.status == 200
+                text = await resp.text()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert set(families) >= SGLANG_METRICS
+        samples = {s.name: s for f in families.values() for s in f.samples}
+        assert samples["sglang:num_requests_total"].value == 2
+        assert samples["sglang:generation_tokens_total"].value == 8
+        assert samples["sglang:prompt_tokens_total"].value == 6
+        assert samples["sglang:cache_hit_rate"].value == 2 / 6
+        assert samples["sglang:e2e_request_latency_seconds_count"].value == 2
+        assert samples["sglang:num_running_reqs"].labels == {"model_name": "fairserve-sim"}
+
+    run(body())
+
+
+def test_state_reports_policy_engine_and_clients() -> None:
+    async def body() -> None:
+        async with serving() as (_, session):
+            request = {
+                "text": "a b c",
+                "routing_key": "alice",
+                "sampling_params": {"max_new_tokens": 2},
+            }
+            await post_json(session, "/generate", request)
+            status, state = await get_json(session, "/fairserve/worker/state")
+            assert status == 200
+            assert state["policy"]["policy"] == "dlpm"
+            assert state["policy"]["clients"]["alice"]["service"] > 0
+            assert state["engine"]["finished"] == 1
+            assert (state["waiting"], state["running"], state["clients"]) == (0, 0, {})
+            assert state["kv"]["capacity_tokens"] == 4096
+            assert state["profile"]["name"] == "tiny"
+            assert (state["speed"], state["batching"]) == (50.0, "sarathi")
+            assert state["virtual_time_s"] > 0
+
+    run(body())
+
+
+def test_quantum_can_be_read_and_changed_live() -> None:
+    async def body() -> None:
+        async with serving() as (server, session):
+            assert await get_json(session, "/fairserve/worker/quantum") == (
+                200,
+                {"policy": "dlpm", "quantum": 512.0},
+            )
+            async with session.put("/fairserve/worker/quantum", json={"quantum": 64}) as resp:
+                assert (resp.status, await resp.json()) == (
+                    200,
+                    {"policy": "dlpm", "quantum": 64.0},
+                )
+            assert runtime_of(server).engine.policy.quantum == 64.0
+            for bad, message in ((0, "quantum"), ("big", "expected a positive number")):
+                async with session.put("/fairserve/worker/quantum", json={"quantum": bad}) as resp:
+                    assert resp.status == 400
+                    assert message in (await resp.json())["error"]["message"]
+
+    run(body())
+
+
+def test_quantum_of_a_policy_without_one_is_a_400() -> None:
+    async def body() -> None:
+        async with serving(make_config(policy="vtc")) as (_, session):
+            assert (await get_json(session, "/fairserve/worker/quantum"))[1]["quantum"] is None
+            async with session.put("/fairserve/worker/quantum", json={"quantum": 8}) as resp:
+                assert resp.status == 400
+                assert (await resp.json())["error"]["message"] == "policy vtc has no quantum"
+
+    run(body())
+
+
+def test_quantum_writes_need_the_admin_token_when_one_is_set() -> None:
+    async def body() -> None:
+        async with serving(make_config(admin_token="s3cret")) as (_, session):
+            path, change = "/fairserve/worker/quantum", {"quantum": 32}
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+                async with session.put(path, json=change, headers=headers) as resp:
+                    assert resp.status == 401
+                    assert "admin token required" in (await resp.json())["error"]["message"]
+            assert (await get_json(session, path))[0] == 200  # reads stay open
+            auth = {"Authorization": "Bearer s3cret"}
+            async with session.put(path, json=change, headers=auth) as resp:
+                assert resp.status == 200
+
+    run(body())
+
+
+def test_evictions_appear_once_the_cache_is_full() -> None:
+    """A 256-token pool: distinct 60-token prompts fill it, and old prefixes get evicted."""
+
+    async def body() -> None:
+        config = make_config(profile=tiny_profile(kv_capacity_tokens=256))
+        async with serving(config) as (_, session):
+            assert await get_json(session, "/fairserve/worker/evictions") == (
+                200,
+                {"next": 0, "events": [], "dropped": False},
+            )
+            prompts = [[1000 * i + j for j in range(60)] for i in range(8)]
+            for ids in prompts:
+                request = {"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}
+                assert (await post_json(session, "/generate", request))[0] == 200
+            _, page = await get_json(session, "/fairserve/worker/evictions?since=0")
+            assert page["events"], "nothing was evicted"
+            assert page["next"] == page["events"][-1]["seq"] + 1
+            evicted = page["events"][0]["tokens"]
+            assert evicted[:60] == prompts[0]  # the oldest prompt (and its output) went first
+            _, later = await get_json(session, f"/fairserve/worker/evictions?since={page['next']}")
+            assert later == {"next": page["next"], "events": [], "dropped": False}
+            status, error = await get_json(session, "/fairserve/worker/evictions?since=-1")
+            assert status == 400
+            assert "since: expected a non-negative integer" in error["error"]["message"]
+
+    run(body())
+
+
+def test_flush_cache_empties_the_cache_and_logs_a_flush() -> None:
+    async def body() -> None:
+        async with serving() as (server, session):
+            request = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 2}}
+            await post_json(session, "/generate", request)
+            assert runtime_of(server).engine.pool.used_tokens > 0
+            async with session.post("/flush_cache") as resp:
+                assert resp.status == 200
+            assert runtime_of(server).engine.pool.used_tokens == 0
+            _, page = await get_json(session, "/fairserve/worker/evictions")
+            assert page["events"][-1]["tokens"] == []  # empty key: everything was flushed
+
+    run(body())
