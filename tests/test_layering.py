@@ -25,9 +25,9 @@ FORBIDDEN = frozenset(
 
 HEADLESS_IMPORTS = """
 import importlib, json, pkgutil, sys
-import fairserve.core, fairserve.sched
+import fairserve.core, fairserve.sched, fairserve.workloads, fairserve.sim
 names = []
-for package in (fairserve.core, fairserve.sched):
+for package in (fairserve.core, fairserve.sched, fairserve.workloads, fairserve.sim):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         importlib.import_module(info.name)
         names.append(info.name)

@@ -20,9 +20,13 @@ TIME = PiecewiseLinearBatchTime(
 )
 
 
-def make_engine(policy: str = "vtc", **config: object) -> Engine:
+def make_engine(policy: str = "vtc", strict: bool = False, **config: object) -> Engine:
+    """An engine with ``policy``; ``strict`` gives DLPM unlimited fill patience (its
+    strictly work-conserving setting)."""
     settings_ = {"kv_capacity_tokens": 20_000, "max_batch_tokens": 2048, **config}
-    return Engine(make_local_policy(policy), TIME, EngineConfig(**settings_))  # type: ignore[arg-type]
+    params = {"fill_patience": 10**9} if strict and policy == "dlpm" else {}
+    policy_ = make_local_policy(policy, **params)
+    return Engine(policy_, TIME, EngineConfig(**settings_))  # type: ignore[arg-type]
 
 
 def random_requests(seed: int, count: int, clients: int = 2) -> list[tuple[float, Request]]:
@@ -269,8 +273,10 @@ def admission_claim(engine: Engine, req: Request) -> int:
 @given(seed=st.integers(0, 10_000), policy=st.sampled_from(["vtc", "dlpm", "lpm", "fcfs"]))
 def test_sarathi_is_work_conserving(seed: int, policy: str) -> None:
     """Whenever a step leaves requests waiting with token budget to spare, none of them
-    would have fit in memory (the policy may reorder, never idle)."""
-    engine = make_engine(policy, kv_capacity_tokens=6000)
+    would have fit in memory (the policy may reorder, never idle). DLPM runs with
+    unlimited fill patience here: its default pauses the fill briefly so a blocked large
+    request is not starved (tests/sched/test_local_dlpm.py)."""
+    engine = make_engine(policy, strict=True, kv_capacity_tokens=6000)
     arrivals = random_requests(seed, 40)
     now, i = 0.0, 0
     while i < len(arrivals) or engine.has_work:
