@@ -91,21 +91,10 @@ def native_body(ticket: Ticket) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ OpenAI
 def completion_body(ticket: Ticket, model: str, created: int) -> dict[str, Any]:
-    return {
-        "id": f"cmpl-{ticket.req.id}",
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "text": ticket.output.text(0, ticket.produced),
-                "logprobs": None,
-                "finish_reason": openai_finish(ticket),
-            }
-        ],
-        "usage": usage(ticket),
-    }
+    """The whole answer: the chunk shape over all produced tokens, plus usage."""
+    body = completion_chunk(ticket, model, created, 0, ticket.produced)
+    body["usage"] = usage(ticket)
+    return body
 
 
 def completion_chunk(
