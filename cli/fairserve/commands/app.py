@@ -20,7 +20,7 @@ from typing import Annotated, NoReturn
 import typer
 
 import fairserve
-from fairserve.commands import policies, simulate, worker
+from fairserve.commands import bench, policies, router, simulate, worker
 from fairserve.commands.errors import ExitCode, report
 
 PROG_NAME = "fairserve"
@@ -28,6 +28,8 @@ PROG_NAME = "fairserve"
 COMMANDS: dict[str, Callable[..., None]] = {
     "simulate": simulate.simulate,
     "worker": worker.worker,
+    "router": router.router,
+    "bench": bench.bench,
     "policies": policies.policies,
 }
 """Command name → Typer command function (its docstring is the help text)."""
