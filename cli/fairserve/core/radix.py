@@ -25,6 +25,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
 from fairserve.core.errors import ConfigError
+from fairserve.core.radix_lru import LruIndex
 from fairserve.core.types import TOKEN_BYTES
 
 Owner = Hashable
@@ -84,6 +85,7 @@ class RadixTree:
         """Tokens in nodes some lock references: what ``evict`` can never free."""
         self._owner_tokens: dict[Owner, int] = {}
         self._locks: dict[bytes, list[int]] = {}  # key -> tokens each of its locks took
+        self._lru: LruIndex | None = None  # built by the first eviction
 
     # ------------------------------------------------------------------ queries
     def match_len(self, key: bytes) -> int:
@@ -161,6 +163,8 @@ class RadixTree:
                 child.owners.add(owner)
                 self._owner_tokens[owner] = self._owner_tokens.get(owner, 0) + child.tokens
             node = child
+        if self._lru is not None and node is not self._root:
+            self._lru.push(node)
         return added
 
     def touch(self, key: bytes) -> int:
@@ -172,6 +176,8 @@ class RadixTree:
         node, matched = self._walk_full_nodes(key, split_partial=True)
         for cur in self._path_to_root(node):
             cur.last_access = self._tick
+        if self._lru is not None and node is not self._root:
+            self._lru.push(node)
         return matched
 
     def lock(self, key: bytes) -> int:
@@ -209,23 +215,26 @@ class RadixTree:
             cur.ref -= 1
             if cur.ref == 0:
                 self.protected_tokens -= cur.tokens
+                if self._lru is not None:
+                    self._lru.push(cur)
 
     def evict(self, num_tokens: int) -> list[bytes]:
         """Free at least ``num_tokens`` from LRU unreferenced leaves (or all that can go).
 
         Returns the full keys of the evicted nodes: the eviction events of this cache."""
-        heap = [(n.last_access, id(n), n) for n in self._iter_nodes() if not n.children]
-        heapq.heapify(heap)
+        if self._lru is None:
+            self._lru = LruIndex(self._iter_nodes())
+        elif self._lru.needs_compaction():
+            self._lru.rebuild(self._iter_nodes())
         freed, evicted = 0, []
-        while freed < num_tokens and heap:
-            _, _, leaf = heapq.heappop(heap)
-            if leaf.ref > 0 or leaf.children:
-                continue
+        while freed < num_tokens:
+            leaf = self._lru.pop()
+            if leaf is None:
+                break
+            assert isinstance(leaf, _Node)
             evicted.append(self._full_key(leaf))
             freed += leaf.tokens
-            parent = self._detach(leaf)
-            if parent is not self._root and not parent.children and parent.ref == 0:
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+            self._detach(leaf)  # pushes the parent if it became a candidate
         return evicted
 
     def remove_owner(self, key: bytes, owner: Owner) -> int:
@@ -350,6 +359,8 @@ class RadixTree:
         for owner in node.owners:
             self._owner_tokens[owner] -= node.tokens
         node.parent = None
+        if self._lru is not None and parent is not self._root:
+            self._lru.push(parent)
         return parent
 
     def _drop_owner_subtree(self, top: _Node, owner: Owner) -> int:

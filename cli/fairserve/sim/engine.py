@@ -72,6 +72,8 @@ class StepResult:
     """Requests whose prefill completed (their first or, after a retraction, next token)."""
     decoded: list[tuple[Request, int]] = field(default_factory=list)
     """Output tokens each request produced in this step (prefill completions included)."""
+    decoded_by_client: dict[str, int] = field(default_factory=dict)
+    """The same output tokens summed per client (what service accounting needs)."""
     finished: list[Request] = field(default_factory=list)
     retracted: list[Request] = field(default_factory=list)
 
@@ -203,7 +205,7 @@ class Engine:
     def _form_batch(self, now_s: float) -> _Batch:
         kind = self.config.batching
         budget = self.config.max_batch_tokens
-        decoding = [s for s in self.running if not s.prefilling]
+        decoding = [s for s in self.running if s.prefill_left <= 0]
         if kind == "fastertransformer":
             batch = _Batch(budget)
             if self.running:
@@ -225,7 +227,7 @@ class Engine:
         batch = _Batch(max(0, budget - len(decoding)))
         batch.decodes = decoding
         for slot in self.running:
-            if slot.prefilling and batch.budget_tokens > 0:
+            if slot.prefill_left > 0 and batch.budget_tokens > 0:
                 chunk = min(slot.prefill_left, batch.budget_tokens)
                 batch.chunks.append((slot, chunk))
                 batch.budget_tokens -= chunk
@@ -301,9 +303,9 @@ class Engine:
             growing = [s for s in growing if s is not victim]
             completing = [s for s in completing if s is not victim]
         load = batch.prefill_tokens + len(batch.decodes)
-        context = sum(s.req.input_tokens + s.req.output_tokens for s in batch.decodes)
+        context = sum(s.prompt_tokens + s.req.output_tokens for s in batch.decodes)
         for slot, chunk in batch.chunks:
-            context += slot.req.input_tokens + slot.req.output_tokens - slot.prefill_left
+            context += slot.prompt_tokens + slot.req.output_tokens - slot.prefill_left
             slot.prefill_left -= chunk
         for slot in completing:
             self.pool.prefill_done(slot)
@@ -316,24 +318,39 @@ class Engine:
         return result
 
     def _produce(self, slots: list[Slot], tokens: int, result: StepResult) -> None:
-        """Every slot produced ``tokens`` output tokens by ``result.end_s``."""
+        """Every slot produced ``tokens`` output tokens by ``result.end_s``.
+
+        One pass over the slots does all per-request work (this is the simulator's hot loop,
+        run for every running request at every event); the policy is then charged once and
+        the finish scan runs only when some request reached its length."""
         end_s = result.end_s
-        reqs = [s.req for s in slots]
-        for req in reqs:
-            req.output_tokens += tokens
+        decoded = result.decoded
+        by_client = result.decoded_by_client
+        reqs: list[Request] = []
+        finishing = False
+        for slot in slots:
+            req = slot.req
+            out = req.output_tokens + tokens
+            req.output_tokens = out
             if req.first_token_s is None:
                 req.first_token_s = end_s
-            result.decoded.append((req, tokens))
+            decoded.append((req, tokens))
+            reqs.append(req)
+            client = req.client
+            by_client[client] = by_client.get(client, 0) + tokens
+            if out >= slot.target_tokens:
+                finishing = True
         self.stats.decode_tokens += tokens * len(slots)
         result.decode_tokens += tokens * len(slots)
         if reqs:
             self.policy.on_decode_steps(reqs, tokens, end_s)
-        self._finish_done(end_s, result)
+        if finishing:
+            self._finish_done(end_s, result)
 
     def _finish_done(self, end_s: float, result: StepResult) -> None:
         still: list[Slot] = []
         for slot in self.running:
-            if not slot.prefilling and slot.req.output_tokens >= slot.target_tokens:
+            if slot.prefill_left <= 0 and slot.req.output_tokens >= slot.target_tokens:
                 req = slot.req
                 req.finish_s = end_s
                 self.pool.release(slot, cache_output=self.config.cache_outputs)
@@ -367,7 +384,7 @@ class Engine:
 
         Refusals were decided at the start of the step; a finish or retraction during it
         freed memory, so then the next step must ask the policy again."""
-        if not self.running or any(s.prefilling for s in self.running):
+        if not self.running or any(s.prefill_left > 0 for s in self.running):
             return False
         if result.finished or result.retracted or not self.pool.ratio_settled:
             return False
@@ -380,12 +397,18 @@ class Engine:
     def _fuse_decodes(self, result: StepResult, horizon_s: float) -> None:
         slots = self.running
         n = len(slots)
-        max_steps = min(s.target_tokens - s.req.output_tokens for s in slots)
-        max_steps = min(max_steps, self.pool.growable_tokens() // n)
-        context = sum(s.req.input_tokens + s.req.output_tokens for s in slots)
+        max_steps = self.pool.growable_tokens() // n
+        context = 0
+        for slot in slots:
+            out = slot.req.output_tokens
+            context += slot.prompt_tokens + out
+            left = slot.target_tokens - out
+            if left < max_steps:
+                max_steps = left
         end_s, steps = result.end_s, 0
+        batch_time_s = self.time_model.batch_time_s
         while steps < max_steps:
-            step_s = self.time_model.batch_time_s(n, context + steps * n)
+            step_s = batch_time_s(n, context + steps * n)
             if end_s + step_s > horizon_s:
                 break
             end_s += step_s
@@ -398,14 +421,26 @@ class Engine:
         result.end_s = end_s
         result.steps += steps
         result.decode_tokens += fused.decode_tokens
-        merged = {id(r): i for i, (r, _) in enumerate(result.decoded)}
-        for req, tokens in fused.decoded:
-            i = merged.get(id(req))
-            if i is None:
-                result.decoded.append((req, tokens))
-            else:
-                result.decoded[i] = (req, result.decoded[i][1] + tokens)
+        self._merge_decoded(result, fused)
         result.finished.extend(fused.finished)
+
+    @staticmethod
+    def _merge_decoded(result: StepResult, fused: StepResult) -> None:
+        """Add the fused steps' tokens to the first step's per-request and per-client counts."""
+        if result.decoded:
+            merged = {id(r): i for i, (r, _) in enumerate(result.decoded)}
+            decoded = result.decoded
+            for req, tokens in fused.decoded:
+                i = merged.get(id(req))
+                if i is None:
+                    decoded.append((req, tokens))
+                else:
+                    decoded[i] = (req, decoded[i][1] + tokens)
+        else:
+            result.decoded = fused.decoded
+        by_client = result.decoded_by_client
+        for client, tokens in fused.decoded_by_client.items():
+            by_client[client] = by_client.get(client, 0) + tokens
 
     def _forget(self, req: Request) -> None:
         self._output_keys.pop(id(req), None)

@@ -42,6 +42,8 @@ class Slot:
     output_key: bytes
     target_tokens: int
     """Output length at which the request finishes."""
+    prompt_tokens: int
+    """``req.input_tokens``, kept here because the hot loops read it for every step."""
 
     @property
     def prefilling(self) -> bool:
@@ -135,6 +137,7 @@ class KVPool:
             private_tokens=extend,
             output_key=output_key,
             target_tokens=max(1, min(target, req.max_output_tokens or 1)),
+            prompt_tokens=req.input_tokens,
         )
 
     # ---------------------------------------------------------------- running
@@ -145,11 +148,15 @@ class KVPool:
             return False
         self._make_room(need)
         self.private_tokens += need
+        released = 0
         for slot in slots:
             slot.private_tokens += tokens_each
-            used = min(slot.reserved_tokens, tokens_each)
-            slot.reserved_tokens -= used
-            self.reserved_tokens -= used
+            reserved = slot.reserved_tokens
+            if reserved:
+                used = reserved if reserved < tokens_each else tokens_each
+                slot.reserved_tokens = reserved - used
+                released += used
+        self.reserved_tokens -= released
         return True
 
     def after_retraction(self) -> None:

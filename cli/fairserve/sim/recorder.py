@@ -118,9 +118,9 @@ class Recorder:
                 self._credited.add(id(req))
                 service[req.client] += w_e * req.input_tokens
                 self.counters[req.client].input_tokens += req.input_tokens
-        for req, tokens in result.decoded:
-            service[req.client] += w_q * tokens
-            self.counters[req.client].output_tokens += tokens
+        for client, tokens in result.decoded_by_client.items():
+            service[client] += w_q * tokens
+            self.counters[client].output_tokens += tokens
         for req in result.finished:
             self._credited.discard(id(req))
             self._worker_finished[worker] = self._worker_finished.get(worker, 0) + 1

@@ -136,9 +136,17 @@ class LocalPolicy(ABC):
 
     def on_decode_steps(self, running: Sequence[Request], steps: int, now_s: float) -> None:
         """``steps`` decode steps at once (each request in ``running`` decoded ``steps``
-        tokens, already counted in ``output_tokens``): the simulator's fused decode."""
+        tokens, already counted in ``output_tokens``): the simulator's fused decode.
+
+        Charged once per client: every request decoded at the same instant, so the order of
+        the charges cannot matter, and a batch holds thousands of requests of a few clients."""
+        span_cost = self.cost.decode_span_cost
+        totals: dict[str, float] = {}
         for req in running:
-            self._charge(req.client, self.cost.decode_span_cost(req, steps))
+            client = req.client
+            totals[client] = totals.get(client, 0.0) + span_cost(req, steps)
+        for client, amount in totals.items():
+            self._charge(client, amount)
 
     def on_finish(self, req: Request, now_s: float) -> None:
         self._estimated_extend.pop(id(req), None)
