@@ -52,6 +52,8 @@ class SimConfig:
     sample_interval_s: float | None = None
     w_e: float = 1.0
     w_q: float = 2.0
+    fuse_decode: bool = True
+    """Apply runs of identical decode steps at once (exact; off only to test that)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -89,10 +91,9 @@ class ClusterSim:
             [c.name for c in workload.clients], weights, interval, config.w_e, config.w_q
         )
         self._heap: list[tuple[float, int, int, Any]] = []
-        self._arrival_times: list[tuple[float, int]] = []
-        self._pending_arrivals: set[int] = set()
         self._seq = 0
         self._busy = [False] * len(self.engines)
+        self._step_version = [0] * len(self.engines)  # a cut step's old end event is stale
         self._where: dict[int, int] = {}
         self._source: Iterator[Program] = workload.programs(config.seed, self.end_s)
         self.now_s = 0.0
@@ -120,12 +121,11 @@ class ClusterSim:
         report_every = max(1, len(self.engines) * 200)
         count = 0
         while self._heap:
-            t_s, seq, kind, data = heapq.heappop(self._heap)
+            t_s, _seq, kind, data = heapq.heappop(self._heap)
             if t_s > self.end_s and not (self.config.drain and kind != _START):
                 break
             self.recorder.sample_until(t_s, self.engines)
             self.now_s = t_s
-            self._pending_arrivals.discard(seq)
             self._handle(kind, data)
             count += 1
             if progress is not None and count % report_every == 0:
@@ -145,26 +145,21 @@ class ClusterSim:
         else:
             self._step_done(*data)
 
-    def _push(self, t_s: float, kind: int, data: Any, may_release: bool) -> None:
+    def _push(self, t_s: float, kind: int, data: Any) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t_s, self._seq, kind, data))
-        if may_release:
-            heapq.heappush(self._arrival_times, (t_s, self._seq))
-            self._pending_arrivals.add(self._seq)
 
-    def _horizon_s(self) -> float:
-        """The next moment a call can arrive at some worker (fused steps stop there)."""
-        times = self._arrival_times
-        while times and times[0][1] not in self._pending_arrivals:
-            heapq.heappop(times)
-        nxt = times[0][0] if times else math.inf
-        return nxt if self.config.drain else min(nxt, self.end_s)
+    def _horizon_s(self) -> float | None:
+        """Where fused decode steps must stop: the end of the run (arrivals cut them)."""
+        if not self.config.fuse_decode:
+            return None
+        return math.inf if self.config.drain else self.end_s
 
     # ---------------------------------------------------------------- programs
     def _next_program(self) -> None:
         program = next(self._source, None)
         if program is not None:
-            self._push(program.start_s, _START, program, may_release=True)
+            self._push(program.start_s, _START, program)
 
     def _start_program(self, program: Program) -> None:
         calls = {c.id: c for c in program.calls}
@@ -175,7 +170,7 @@ class ClusterSim:
                 state.children.setdefault(parent, []).append(call.id)
         for call in program.calls:
             if not call.after:
-                self._push(self.now_s + call.delay_s, _RELEASE, (state, call), True)
+                self._push(self.now_s + call.delay_s, _RELEASE, (state, call))
 
     def _release(self, state: _ProgramState, call: Call) -> None:
         program = state.program
@@ -192,6 +187,7 @@ class ClusterSim:
         req.meta["program"] = state
         worker = self.dispatcher.dispatch(req)
         index = self.worker_ids.index(worker)
+        self._cut_span(index)
         try:
             self.engines[index].submit(req, self.now_s, call.output_key)
         except RequestRejected:
@@ -209,24 +205,35 @@ class ClusterSim:
             state.pending_parents[child_id] -= 1
             if state.pending_parents[child_id] == 0:
                 child = state.calls[child_id]
-                self._push(self.now_s + child.delay_s, _RELEASE, (state, child), True)
+                self._push(self.now_s + child.delay_s, _RELEASE, (state, child))
 
     # ---------------------------------------------------------------- workers
     def _run_worker(self, index: int) -> None:
-        result = self.engines[index].step(self.now_s, self._horizon_s())
+        result = self.engines[index].step(self.now_s, self._horizon_s(), defer=True)
         if result is None:
             self._busy[index] = False
             return
         self._busy[index] = True
-        may_release = any(
-            r.meta["program"].children.get(r.id)  # type: ignore[attr-defined]
-            for r in result.finished
-        )
-        self._push(result.end_s, _STEP_DONE, (index, result), may_release)
+        self._schedule_step_done(index, result)
 
-    def _step_done(self, index: int, result: StepResult) -> None:
+    def _schedule_step_done(self, index: int, result: StepResult) -> None:
+        self._step_version[index] += 1
+        self._push(result.end_s, _STEP_DONE, (index, result, self._step_version[index]))
+
+    def _cut_span(self, index: int) -> None:
+        """A call is about to reach worker ``index``: its planned decode steps stop at the
+        step in progress, so the call is considered at the next step boundary."""
+        engine = self.engines[index]
+        if engine.span_pending:
+            self._schedule_step_done(index, engine.cut_span(self.now_s))
+
+    def _step_done(self, index: int, result: StepResult, version: int) -> None:
+        if version != self._step_version[index]:
+            return  # the step was cut; its new end event comes later
+        engine = self.engines[index]
+        engine.finish_span()
         worker = self.worker_ids[index]
-        for key in self.engines[index].pool.drain_evictions():
+        for key in engine.pool.drain_evictions():
             self.dispatcher.on_evict(worker, key)
         self.recorder.step(index, result)
         for req in result.finished:

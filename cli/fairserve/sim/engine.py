@@ -23,6 +23,7 @@ equal step-by-step execution while an hour of traffic simulates in seconds.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from fairserve.core.cost import BatchTimeModel
@@ -102,6 +103,16 @@ class EngineStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
+@dataclass(slots=True)
+class _Span:
+    """Fused decode steps planned but not applied yet (see ``Engine.step(defer=True)``)."""
+
+    result: StepResult
+    start_s: float
+    ends_s: list[float]
+    """End time of each planned step, increasing."""
+
+
 class _Batch:
     """The step being formed: prefill chunks, decodes and what admission refused."""
 
@@ -128,6 +139,7 @@ class Engine:
         self.running: list[Slot] = []
         self.stats = EngineStats()
         self._output_keys: dict[int, bytes] = {}
+        self._span: _Span | None = None
 
     # ---------------------------------------------------------------- requests
     def submit(self, req: Request, now_s: float, output_key: bytes = b"") -> None:
@@ -135,6 +147,7 @@ class Engine:
 
         A request that could never fit the KV pool is refused here with a ConfigError,
         rather than waiting forever."""
+        self._settle()
         need = req.input_tokens + max(1, req.max_output_tokens)
         if need > self.config.kv_capacity_tokens:
             raise ConfigError(
@@ -149,6 +162,7 @@ class Engine:
 
     def abort(self, rid: str, now_s: float) -> Request | None:
         """Remove a waiting or running request (client gone); None if unknown."""
+        self._settle()
         for i, req in enumerate(self.waiting):
             if req.id == rid:
                 del self.waiting[i]
@@ -184,11 +198,18 @@ class Engine:
         return counts
 
     # ---------------------------------------------------------------- stepping
-    def step(self, now_s: float, horizon_s: float | None = None) -> StepResult | None:
+    def step(
+        self, now_s: float, horizon_s: float | None = None, defer: bool = False
+    ) -> StepResult | None:
         """Run one batching step at ``now_s``; None when there is nothing to do.
 
         With ``horizon_s`` (the next moment something external can happen), identical
-        pure-decode steps that follow are fused into this result."""
+        pure-decode steps that follow are fused into this result. With ``defer`` they are
+        only planned: the result ends where they would end, and a host that learns of an
+        arrival before then calls :meth:`cut_span` (the steps up to that moment happen) or
+        else :meth:`finish_span` at the end. A cluster host does this so that an arrival at
+        one worker does not cut every other worker's fused decode."""
+        self._settle()
         if not self.has_work:
             return None
         batch = self._form_batch(now_s)
@@ -196,11 +217,40 @@ class Engine:
             return None
         result = self._execute(batch, now_s)
         self.pool.decay_ratio(1)
-        if horizon_s is not None and self._admission_blocked(batch, result):
-            self._fuse_decodes(result, horizon_s)
-        self.stats.steps += result.steps
+        self.stats.steps += 1
         self.stats.busy_s += result.duration_s
+        if horizon_s is not None and self._admission_blocked(batch, result):
+            ends_s = self._plan_span(result.end_s, horizon_s)
+            if ends_s:
+                self._span = _Span(result, result.end_s, ends_s)
+                result.end_s = ends_s[-1]
+                if not defer:
+                    self.finish_span()
         return result
+
+    @property
+    def span_pending(self) -> bool:
+        return self._span is not None
+
+    def cut_span(self, now_s: float) -> StepResult:
+        """Something arrives at ``now_s`` during the planned steps: the step in progress
+        completes (its end is the first planned boundary at or after ``now_s``) and the
+        rest is dropped. Returns the step's result with its end moved there."""
+        span = self._span
+        if span is None:
+            raise ConfigError("no planned decode span to cut")
+        steps = 0 if now_s <= span.start_s else bisect_left(span.ends_s, now_s) + 1
+        return self._commit(span, min(steps, len(span.ends_s)))
+
+    def finish_span(self) -> StepResult | None:
+        """Apply all planned steps (the host reached their end); None if none were planned."""
+        span = self._span
+        return None if span is None else self._commit(span, len(span.ends_s))
+
+    def _settle(self) -> None:
+        """A host that forgot to cut: apply the whole planned span before anything else."""
+        if self._span is not None:
+            self.finish_span()
 
     def _form_batch(self, now_s: float) -> _Batch:
         kind = self.config.batching
@@ -394,7 +444,9 @@ class Engine:
             return True
         return all(id(r) in batch.refused for r in self.waiting)
 
-    def _fuse_decodes(self, result: StepResult, horizon_s: float) -> None:
+    def _plan_span(self, start_s: float, horizon_s: float) -> list[float]:
+        """End times of the identical decode steps that can follow ``start_s``: up to the
+        first finish, the memory limit or ``horizon_s``."""
         slots = self.running
         n = len(slots)
         max_steps = self.pool.growable_tokens() // n
@@ -405,24 +457,36 @@ class Engine:
             left = slot.target_tokens - out
             if left < max_steps:
                 max_steps = left
-        end_s, steps = result.end_s, 0
+        end_s = start_s
+        ends_s: list[float] = []
         batch_time_s = self.time_model.batch_time_s
-        while steps < max_steps:
-            step_s = batch_time_s(n, context + steps * n)
+        while len(ends_s) < max_steps:
+            step_s = batch_time_s(n, context + len(ends_s) * n)
             if end_s + step_s > horizon_s:
                 break
             end_s += step_s
-            steps += 1
-        if steps == 0:
-            return
-        self.pool.grow(slots, steps)
-        fused = StepResult(result.end_s, end_s, steps=steps)
-        self._produce(slots, steps, fused)
+            ends_s.append(end_s)
+        return ends_s
+
+    def _commit(self, span: _Span, steps: int) -> StepResult:
+        """Apply the first ``steps`` planned steps to the state and to the span's result."""
+        self._span = None
+        result = span.result
+        end_s = span.ends_s[steps - 1] if steps else span.start_s
         result.end_s = end_s
+        if steps == 0:
+            return result
+        slots = self.running
+        self.pool.grow(slots, steps)
+        fused = StepResult(span.start_s, end_s, steps=steps)
+        self._produce(slots, steps, fused)
         result.steps += steps
         result.decode_tokens += fused.decode_tokens
         self._merge_decoded(result, fused)
         result.finished.extend(fused.finished)
+        self.stats.steps += steps
+        self.stats.busy_s += end_s - span.start_s
+        return result
 
     @staticmethod
     def _merge_decoded(result: StepResult, fused: StepResult) -> None:
