@@ -9,8 +9,8 @@ _fairserve() {
         word="${COMP_WORDS[i]}"
         if (( skip )); then skip=0; continue; fi
         case "$node $word" in
-            "fairserve simulate"|"fairserve worker"|"fairserve policies") node="$node $word" ;;
-            "fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token") skip=1 ;;
+            "fairserve simulate"|"fairserve worker"|"fairserve router"|"fairserve bench"|"fairserve policies") node="$node $word" ;;
+            "fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot") skip=1 ;;
         esac
     done
     case "$node $prev" in
@@ -37,20 +37,49 @@ _fairserve() {
         "fairserve worker --speed") COMPREPLY=(); return 0 ;;
         "fairserve worker --model-name") COMPREPLY=(); return 0 ;;
         "fairserve worker --admin-token") COMPREPLY=(); return 0 ;;
+        "fairserve router --worker-url") COMPREPLY=(); return 0 ;;
+        "fairserve router --host") COMPREPLY=(); return 0 ;;
+        "fairserve router --port") COMPREPLY=(); return 0 ;;
+        "fairserve router --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve router --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve router --quantum") COMPREPLY=(); return 0 ;;
+        "fairserve router --worker-quantum") COMPREPLY=(); return 0 ;;
+        "fairserve router --clients") COMPREPLY=(); return 0 ;;
+        "fairserve router --admin-token") COMPREPLY=(); return 0 ;;
+        "fairserve router --queue-cap") COMPREPLY=(); return 0 ;;
+        "fairserve router --max-body-bytes") COMPREPLY=(); return 0 ;;
+        "fairserve router --router-queue") COMPREPLY=( $(compgen -W "auto on off" -- "$cur") ); return 0 ;;
+        "fairserve router --trace") COMPREPLY=(); return 0 ;;
+        "fairserve router --drain-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve bench --url") COMPREPLY=(); return 0 ;;
+        "fairserve bench -w") COMPREPLY=(); return 0 ;;
+        "fairserve bench --workload") COMPREPLY=(); return 0 ;;
+        "fairserve bench --duration") COMPREPLY=(); return 0 ;;
+        "fairserve bench --seed") COMPREPLY=(); return 0 ;;
+        "fairserve bench --api") COMPREPLY=( $(compgen -W "completions chat generate" -- "$cur") ); return 0 ;;
+        "fairserve bench --timeout") COMPREPLY=(); return 0 ;;
+        "fairserve bench --max-in-flight") COMPREPLY=(); return 0 ;;
+        "fairserve bench --token") COMPREPLY=(); return 0 ;;
+        "fairserve bench --model") COMPREPLY=(); return 0 ;;
+        "fairserve bench --plot") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
     esac
     if [[ "$cur" == -* ]]; then
         case "$node" in
             "fairserve") COMPREPLY=( $(compgen -W "--version --debug -h --help" -- "$cur") ) ;;
             "fairserve simulate") COMPREPLY=( $(compgen -W "-w --workload --policy --dispatch --workers --quantum --worker-quantum --profile --batching --duration --seed --json --plot --compare --drain --list-workloads -h --help" -- "$cur") ) ;;
             "fairserve worker") COMPREPLY=( $(compgen -W "--port --host --policy --quantum --param --profile --batching --speed --model-name --admin-token -h --help" -- "$cur") ) ;;
+            "fairserve router") COMPREPLY=( $(compgen -W "--worker-url --host --port --dispatch --policy --quantum --worker-quantum --clients --admin-token --queue-cap --max-body-bytes --router-queue --trace --drain-timeout -h --help" -- "$cur") ) ;;
+            "fairserve bench") COMPREPLY=( $(compgen -W "--url -w --workload --duration --seed --api --timeout --max-in-flight --token --model --json --plot -h --help" -- "$cur") ) ;;
             "fairserve policies") COMPREPLY=( $(compgen -W "--json -h --help" -- "$cur") ) ;;
         esac
         return 0
     fi
     case "$node" in
-        "fairserve") COMPREPLY=( $(compgen -W "simulate worker policies" -- "$cur") ) ;;
+        "fairserve") COMPREPLY=( $(compgen -W "simulate worker router bench policies" -- "$cur") ) ;;
         "fairserve simulate") COMPREPLY=() ;;
         "fairserve worker") COMPREPLY=() ;;
+        "fairserve router") COMPREPLY=() ;;
+        "fairserve bench") COMPREPLY=() ;;
         "fairserve policies") COMPREPLY=() ;;
     esac
 }

@@ -11,9 +11,9 @@ function __fairserve_node --description 'The fairserve (sub)command being comple
             continue
         end
         switch "$node $word"
-            case 'fairserve simulate' 'fairserve worker' 'fairserve policies'
+            case 'fairserve simulate' 'fairserve worker' 'fairserve router' 'fairserve bench' 'fairserve policies'
                 set node "$node $word"
-            case 'fairserve simulate -w' 'fairserve simulate --workload' 'fairserve simulate --policy' 'fairserve simulate --dispatch' 'fairserve simulate --workers' 'fairserve simulate --quantum' 'fairserve simulate --worker-quantum' 'fairserve simulate --profile' 'fairserve simulate --batching' 'fairserve simulate --duration' 'fairserve simulate --seed' 'fairserve simulate --plot' 'fairserve simulate --compare' 'fairserve worker --port' 'fairserve worker --host' 'fairserve worker --policy' 'fairserve worker --quantum' 'fairserve worker --param' 'fairserve worker --profile' 'fairserve worker --batching' 'fairserve worker --speed' 'fairserve worker --model-name' 'fairserve worker --admin-token'
+            case 'fairserve simulate -w' 'fairserve simulate --workload' 'fairserve simulate --policy' 'fairserve simulate --dispatch' 'fairserve simulate --workers' 'fairserve simulate --quantum' 'fairserve simulate --worker-quantum' 'fairserve simulate --profile' 'fairserve simulate --batching' 'fairserve simulate --duration' 'fairserve simulate --seed' 'fairserve simulate --plot' 'fairserve simulate --compare' 'fairserve worker --port' 'fairserve worker --host' 'fairserve worker --policy' 'fairserve worker --quantum' 'fairserve worker --param' 'fairserve worker --profile' 'fairserve worker --batching' 'fairserve worker --speed' 'fairserve worker --model-name' 'fairserve worker --admin-token' 'fairserve router --worker-url' 'fairserve router --host' 'fairserve router --port' 'fairserve router --dispatch' 'fairserve router --policy' 'fairserve router --quantum' 'fairserve router --worker-quantum' 'fairserve router --clients' 'fairserve router --admin-token' 'fairserve router --queue-cap' 'fairserve router --max-body-bytes' 'fairserve router --router-queue' 'fairserve router --trace' 'fairserve router --drain-timeout' 'fairserve bench --url' 'fairserve bench -w' 'fairserve bench --workload' 'fairserve bench --duration' 'fairserve bench --seed' 'fairserve bench --api' 'fairserve bench --timeout' 'fairserve bench --max-in-flight' 'fairserve bench --token' 'fairserve bench --model' 'fairserve bench --plot'
                 set skip 1
         end
     end
@@ -27,6 +27,8 @@ end
 complete -c fairserve -f
 complete -c fairserve -n '__fairserve_at fairserve' -a 'simulate' -d 'Run a workload through simulated workers with a chosen policy and dispatcher.'
 complete -c fairserve -n '__fairserve_at fairserve' -a 'worker' -d 'Run a simulated GPU worker behind an SGLang-compatible HTTP API.'
+complete -c fairserve -n '__fairserve_at fairserve' -a 'router' -d 'Run the fair router in front of workers started elsewhere.'
+complete -c fairserve -n '__fairserve_at fairserve' -a 'bench' -d 'Run a workload\'s clients against a live router over HTTP and report what they saw.'
 complete -c fairserve -n '__fairserve_at fairserve' -a 'policies' -d 'List local policies and dispatchers with their parameters.'
 complete -c fairserve -n '__fairserve_at fairserve' -l version -d 'Print the version and exit.'
 complete -c fairserve -n '__fairserve_at fairserve' -l debug -d 'Show a traceback on failure.'
@@ -58,5 +60,32 @@ complete -c fairserve -n '__fairserve_at fairserve worker' -l speed -x -d 'Simul
 complete -c fairserve -n '__fairserve_at fairserve worker' -l model-name -x -d 'Model name reported to clients.'
 complete -c fairserve -n '__fairserve_at fairserve worker' -l admin-token -x -d 'Require \'Authorization: Bearer TOKEN\' to change the quantum.'
 complete -c fairserve -n '__fairserve_at fairserve worker' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l worker-url -x -d 'A worker to route to, http://HOST:PORT (repeatable; at least one).'
+complete -c fairserve -n '__fairserve_at fairserve router' -l host -x -d 'Address to bind; 127.0.0.1 keeps it local.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l port -x -d 'TCP port to listen on (0: any free port).'
+complete -c fairserve -n '__fairserve_at fairserve router' -l dispatch -x -a 'round-robin least-load cache-aware client-rr doubleq' -d 'Dispatcher placing requests on workers.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l policy -x -a 'fcfs lpm vtc lcf dlpm rpm justitia' -d 'Local policy of the router-side fair queue (stock workers).'
+complete -c fairserve -n '__fairserve_at fairserve router' -l quantum -x -d 'Local quantum Q^u: router-side queues, and forwarded to fairserve workers.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l worker-quantum -x -d 'Dispatcher quantum Q^w (doubleq; inf ok).'
+complete -c fairserve -n '__fairserve_at fairserve router' -l clients -x -d 'Clients file (TOML [[clients]] name, api_key, weight): keys map to clients.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l admin-token -x -d 'Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l queue-cap -x -d 'Requests one client may have in the router.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l max-body-bytes -x -d 'Largest request body accepted.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l router-queue -x -a 'auto on off' -d 'Router-side fair queue: auto (workers without the fairserve extension), on (every worker), off.'
+complete -c fairserve -n '__fairserve_at fairserve router' -l trace -x -d 'Record a request trace (JSON lines).'
+complete -c fairserve -n '__fairserve_at fairserve router' -l drain-timeout -x -d 'Seconds to finish in-flight requests.'
+complete -c fairserve -n '__fairserve_at fairserve router' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l url -x -d 'Base URL of the router or server, e.g. http://127.0.0.1:8000.'
+complete -c fairserve -n '__fairserve_at fairserve bench' -s w -l workload -x -d 'Built-in workload name (see fairserve simulate --list-workloads), a workload TOML file or a trace (.jsonl).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l duration -x -d 'Seconds of traffic to send (default: the workload\'s duration).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l seed -x -d 'Workload seed (default: the workload\'s).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l api -x -a 'completions chat generate' -d 'Route to call: completions (text prompts), chat (messages) or generate (SGLang native, token ids).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l timeout -x -d 'Seconds a request may stay silent, and how long calls in flight at the end may still run before they count as unfinished.'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l max-in-flight -x -d 'Most requests open at once (later calls wait).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l token -x -d 'API key sent as \'Authorization: Bearer\' with every request.'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l model -x -d 'The \'model\' field of each request (default: none sent).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l json -d 'Print one JSON report object.'
+complete -c fairserve -n '__fairserve_at fairserve bench' -l plot -r -F -d 'Write service rate and response time over time to this PNG (needs the plot extra).'
+complete -c fairserve -n '__fairserve_at fairserve bench' -s h -l help -d 'Show this message and exit.'
 complete -c fairserve -n '__fairserve_at fairserve policies' -l json -d 'Print one JSON object {"local_policies": [...], "dispatchers": [...]}.'
 complete -c fairserve -n '__fairserve_at fairserve policies' -s h -l help -d 'Show this message and exit.'

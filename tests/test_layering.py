@@ -90,3 +90,33 @@ def test_headless_packages_load_no_ui_network_or_gpu_library() -> None:
     offenders = [m for m in loaded if m.split(".")[0] in FORBIDDEN]
     assert not offenders, f"headless packages loaded {offenders}"
     assert not [m for m in loaded if m.startswith("fairserve.commands")]
+
+
+ROUTER_IMPORTS = """
+import importlib, json, pkgutil, sys
+import fairserve.router
+for info in pkgutil.walk_packages(fairserve.router.__path__, "fairserve.router."):
+    importlib.import_module(info.name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_router_loads_no_ui_gpu_or_cli_library() -> None:
+    """The router is a headless server: aiohttp and prometheus-client, never a UI, NVML,
+    the CLI or the simulated worker (layering: router and worker are not each other's)."""
+    result = subprocess.run(
+        [sys.executable, "-c", ROUTER_IMPORTS],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert "fairserve.router.server" in loaded and "aiohttp" in loaded
+    forbidden = {"textual", "rich", "pynvml", "sglang", "typer", "click", "psutil"}
+    offenders = [m for m in loaded if m.split(".")[0] in forbidden]
+    assert not offenders, f"fairserve.router loaded {offenders}"
+    assert not [m for m in loaded if m.startswith(("fairserve.commands", "fairserve.worker"))]
+    assert not [m for m in loaded if m.startswith("fairserve.sim")]

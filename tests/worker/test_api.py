@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from fairserve.worker.api import (
+from fairserve.core.openai_api import (
     ApiError,
     parse_chat,
     parse_completion,
     parse_generate,
     parse_json,
 )
-from fairserve.worker.tokenizer import render_chat, tokenize
+from fairserve.core.tokenizer import render_chat, tokenize
 
 NO_HEADERS: dict[str, str] = {}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from fairserve.worker.tokenizer import SyntheticOutput, render_chat, tokenize
+from fairserve.core.tokenizer import SyntheticOutput, render_chat, tokenize
 from tests.worker.helpers import get_json, post_json, run, serving, sse_events
 
 PROMPT = "The quick brown fox jumps over the lazy dog, again and again."

@@ -8,7 +8,7 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairserve.worker.tokenizer import (
+from fairserve.core.tokenizer import (
     VOCAB_SIZE,
     SyntheticOutput,
     pieces,
@@ -43,7 +43,7 @@ def test_ids_are_in_the_vocabulary_and_one_per_piece() -> None:
 
 def test_ids_are_the_same_in_another_process() -> None:
     """Not ``hash()``: that is salted per process and would break caching across workers."""
-    code = "from fairserve.worker.tokenizer import tokenize; print(tokenize('same text, same ids'))"
+    code = "from fairserve.core.tokenizer import tokenize; print(tokenize('same text, same ids'))"
     other = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )

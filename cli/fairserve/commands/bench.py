@@ -1,8 +1,282 @@
-"""``fairserve bench``: run a workload against a live router over HTTP (placeholder)."""
+"""``fairserve bench``: run a workload against a live router (or any OpenAI-compatible server).
+
+The workload's clients send their programs over HTTP with their identities, open-loop
+arrivals and closed-loop programs alike, and the report is the one ``fairserve simulate``
+prints (DESIGN §7), measured from the clients' side, plus errors by status. Comparing the two
+on the same workload is how a simulation is checked against the real service.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
-def bench() -> None:
-    """Run a workload against a live router (not built yet)."""
-    raise NotImplementedError("fairserve bench is not built yet")
+import typer
+
+from fairserve.commands.output import Output
+from fairserve.core.errors import FairserveError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rich.console import RenderableType
+    from rich.table import Table
+
+    from fairserve.bench import BenchOptions, BenchResult
+    from fairserve.workloads import Workload
+
+_APIS = ("completions", "chat", "generate")
+
+
+def _check_api(value: str) -> str:
+    if value not in _APIS:
+        raise typer.BadParameter(f"unknown API {value!r}; expected one of: {', '.join(_APIS)}")
+    return value
+
+
+def bench(
+    url: Annotated[
+        str,
+        typer.Option(
+            help="Base URL of the router or server, e.g. http://127.0.0.1:8000.",
+            show_default=False,
+        ),
+    ],
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            "-w",
+            help="Built-in workload name (see fairserve simulate --list-workloads), a "
+            "workload TOML file or a trace (.jsonl).",
+            show_default=False,
+        ),
+    ],
+    duration_s: Annotated[
+        float | None,
+        typer.Option(
+            "--duration",
+            help="Seconds of traffic to send (default: the workload's duration).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Workload seed (default: the workload's).", show_default=False),
+    ] = None,
+    api: Annotated[
+        str,
+        typer.Option(
+            metavar="API",
+            help="Route to call: completions (text prompts), chat (messages) or generate "
+            "(SGLang native, token ids).",
+            autocompletion=lambda: list(_APIS),
+            callback=_check_api,
+        ),
+    ] = "completions",
+    timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            min=0.001,
+            help="Seconds a request may stay silent, and how long calls in flight at the "
+            "end may still run before they count as unfinished.",
+        ),
+    ] = 30.0,
+    max_in_flight: Annotated[
+        int, typer.Option(min=1, help="Most requests open at once (later calls wait).")
+    ] = 256,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FAIRSERVE_API_KEY",
+            help="API key sent as 'Authorization: Bearer' with every request.",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The 'model' field of each request (default: none sent).", show_default=False
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON report object.")
+    ] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write service rate and response time over time to this PNG "
+            "(needs the plot extra).",
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run a workload's clients against a live router over HTTP and report what they saw.
+
+    Each client sends its calls with its identity (X-Fairserve-Client, X-Fairserve-App),
+    streamed, for --duration seconds; closed-loop programs wait for their answers. Prints
+    throughput, cache hit rate, fairness (Jain's index, the largest service gap) and
+    per-client latency and time to first token, and counts every error by status.
+    """
+    import asyncio
+
+    from fairserve.bench import BenchOptions, run_workload
+    from fairserve.workloads import resolve_workload
+
+    out = Output(json_mode=json_output)
+    if plot is not None:
+        from fairserve.sim.plot import check_plot_path
+
+        check_plot_path(plot)
+    loaded = resolve_workload(workload)
+    options = BenchOptions(
+        api=api,  # type: ignore[arg-type]  # checked by _check_api
+        duration_s=duration_s,
+        seed=seed,
+        timeout_s=timeout_s,
+        max_in_flight=max_in_flight,
+        token=token,
+        model=model,
+    )
+    if not json_output and out.stderr.isatty():
+        result = asyncio.run(_run_with_bar(url, loaded, options, out))
+    else:
+        result = asyncio.run(run_workload(url, loaded, options))
+    _finish(result, out, plot)
+
+
+async def _run_with_bar(
+    url: str, workload: Workload, options: BenchOptions, out: Output
+) -> BenchResult:
+    """The run with a transient rich progress bar on stderr (time, sent, ok, failed)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fairserve.bench import ProgressInfo, run_workload
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} s  {task.fields[counts]}"),
+        TimeElapsedColumn(),
+        console=Console(file=out.stderr),
+        transient=True,
+    )
+    total_s = options.duration_s or workload.duration_s
+    task = progress.add_task(workload.name, total=total_s, counts="")
+
+    def update(info: ProgressInfo) -> None:
+        counts = (
+            f"sent {info.sent}  ok {info.finished}  failed {info.failed}  "
+            f"in flight {info.in_flight}"
+        )
+        progress.update(task, completed=min(info.elapsed_s, total_s), counts=counts)
+
+    with progress:
+        return await run_workload(url, workload, options, update)
+
+
+def _finish(result: BenchResult, out: Output, plot: Path | None) -> None:
+    from fairserve.bench import bench_report, to_sim_result
+    from fairserve.bench.report import first_messages
+
+    report = bench_report(result)
+    out.data(report)
+    out.render(*_view(report, first_messages(result.attempts)))
+    if plot is not None:
+        from fairserve.sim.plot import plot_runs
+
+        title = f"{result.workload} against {result.url}"
+        plot_runs([(f"{result.api} API", to_sim_result(result))], plot, title=title)
+        out.note(f"plot written to {plot}")
+    _check_outcome(result)
+
+
+def _check_outcome(result: BenchResult) -> None:
+    """A run where nothing succeeded is a failure (exit 1, or 3 when the server vanished)."""
+    from fairserve.bench import Unreachable
+
+    sent = [a for a in result.attempts if a.sent_s is not None]
+    if not sent or any(a.ok for a in sent):
+        return
+    if all(a.status == "connection" for a in sent):
+        raise Unreachable(f"{result.url} stopped answering: every request failed to connect")
+    statuses = sorted({a.status for a in sent})
+    raise FairserveError(f"no request succeeded ({', '.join(statuses)}); see the report")
+
+
+# ---------------------------------------------------------------------- views
+def _view(report: dict[str, Any], messages: dict[str, str]) -> list[RenderableType]:
+    from rich.text import Text
+
+    throughput = report["throughput"]
+    summary = [
+        ("throughput (tokens/s)", _num(throughput["tokens_per_s"], 0)),
+        ("service/s", _num(throughput["service_per_s"], 0)),
+        ("requests/s", _num(throughput["requests_per_s"], 2)),
+        ("cache hit rate", f"{100 * report['cache_hit_rate']:.1f}%"),
+        ("Jain's index", _num(report["jain_index"], 3)),
+        ("max service gap", _num(report["max_service_gap"], 0)),
+        ("errors", str(report["errors"]["total"])),
+    ]
+    heading = Text(
+        f"{report['workload']} against {report['url']} ({report['api']}, seed "
+        f"{report['seed']}, {_num(report['duration_s'], 1)} s)",
+        style="bold",
+    )
+    clients = [_client_row(name, c) for name, c in report["clients"].items()]
+    headers = ("client", "finished", "errors", "still\nopen", "service/s")
+    views: list[RenderableType] = [
+        heading,
+        _table(("metric", "value"), summary, show_header=False),
+        _table(
+            (*headers, "latency\np50", "latency\np99", "TTFT\np50", "TTFT\np99"),
+            clients,
+            title="Clients (latency and TTFT in s)",
+        ),
+    ]
+    by_status = report["errors"]["by_status"]
+    if by_status:
+        rows = [(s, str(n), messages.get(s, "")) for s, n in by_status.items()]
+        views.append(_table(("status", "count", "first message"), rows, title="Errors"))
+    return views
+
+
+def _client_row(name: str, c: dict[str, Any]) -> tuple[str, ...]:
+    errors = sum(n for status, n in c["errors"].items() if status != "unfinished")
+    latency = (_num(c["latency_p50_s"], 3), _num(c["latency_p99_s"], 3))
+    ttft = (_num(c["ttft_p50_s"], 3), _num(c["ttft_p99_s"], 3))
+    counts = (str(c["requests"]), str(errors), str(c["unfinished"]))
+    return (name, *counts, _num(c["service_rate"], 0), *latency, *ttft)
+
+
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None = None,
+    show_header: bool = True,
+) -> Table:
+    from rich.box import SIMPLE_HEAD
+    from rich.table import Table
+
+    table = Table(
+        title=title,
+        title_justify="left",
+        show_header=show_header,
+        box=SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column(headers[0], no_wrap=True, style="bold" if not show_header else None)
+    for header in headers[1:]:
+        table.add_column(header, justify="right" if header != "first message" else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"

@@ -1,8 +1,212 @@
-"""``fairserve router``: run the fair router in front of workers started elsewhere (placeholder)."""
+"""``fairserve router``: the fair router in front of workers started elsewhere.
+
+Serves the OpenAI-compatible API (``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models``), SGLang's ``/generate``, ``/health``, ``/metrics`` and the fairserve admin
+API (``/fairserve/v1/state``, ``/fairserve/v1/quantum``) until SIGINT or SIGTERM, then
+drains: stops accepting, lets in-flight requests finish (up to ``--drain-timeout``), exits
+0. Heavy imports (aiohttp, the scheduling core) happen inside the command, keeping
+``fairserve --help`` fast.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
-def router() -> None:
-    """Run the fair router (not built yet)."""
-    raise NotImplementedError("fairserve router is not built yet")
+import typer
+
+if TYPE_CHECKING:
+    from fairserve.router.config import RouterConfig
+
+ROUTER_QUEUE_MODES = ("auto", "on", "off")
+"""``fairserve.router.config.ROUTER_QUEUE_MODES`` (kept equal by a test)."""
+
+
+def _registry_option(kind: str, help_text: str) -> Any:
+    """An option whose valid names come from the scheduling registry, read on first use
+    (see ``commands.simulate``: completion through ``autocompletion``, validation here)."""
+
+    def complete() -> list[str]:
+        return list(_names(kind))
+
+    def check(value: str) -> str:
+        names = _names(kind)
+        if value not in names:
+            raise typer.BadParameter(
+                f"unknown {kind} {value!r}; expected one of: {', '.join(names)}"
+            )
+        return value
+
+    return typer.Option(
+        metavar=kind.upper(), help=help_text, autocompletion=complete, callback=check
+    )
+
+
+def _names(kind: str) -> Sequence[str]:
+    from fairserve.sched import registry
+
+    return registry.local_policies() if kind == "policy" else registry.dispatchers()
+
+
+def _check_mode(value: str) -> str:
+    if value not in ROUTER_QUEUE_MODES:
+        raise typer.BadParameter(f"expected one of: {', '.join(ROUTER_QUEUE_MODES)}, got {value!r}")
+    return value
+
+
+def router(
+    worker_url: Annotated[
+        list[str],
+        typer.Option(
+            "--worker-url",
+            metavar="URL",
+            help="A worker to route to, http://HOST:PORT (repeatable; at least one).",
+            show_default=False,
+        ),
+    ],
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; 127.0.0.1 keeps it local.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option("--port", min=0, max=65535, help="TCP port to listen on (0: any free port)."),
+    ] = 8000,
+    dispatch: Annotated[
+        str, _registry_option("dispatcher", "Dispatcher placing requests on workers.")
+    ] = "doubleq",
+    policy: Annotated[
+        str,
+        _registry_option("policy", "Local policy of the router-side fair queue (stock workers)."),
+    ] = "dlpm",
+    quantum: Annotated[
+        float | None,
+        typer.Option(
+            "--quantum",
+            help="Local quantum Q^u: router-side queues, and forwarded to fairserve workers.",
+        ),
+    ] = None,
+    worker_quantum: Annotated[
+        float | None,
+        typer.Option("--worker-quantum", help="Dispatcher quantum Q^w (doubleq; inf ok)."),
+    ] = None,
+    clients: Annotated[
+        str | None,
+        typer.Option(
+            "--clients",
+            metavar="FILE",
+            help="Clients file (TOML [[clients]] name, api_key, weight): keys map to clients.",
+        ),
+    ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            "--admin-token",
+            envvar="FAIRSERVE_ADMIN_TOKEN",
+            help="Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.",
+        ),
+    ] = None,
+    queue_cap: Annotated[
+        int,
+        typer.Option("--queue-cap", min=1, help="Requests one client may have in the router."),
+    ] = 1024,
+    max_body_bytes: Annotated[
+        int, typer.Option("--max-body-bytes", min=1, help="Largest request body accepted.")
+    ] = 16 * 1024 * 1024,
+    router_queue: Annotated[
+        str,
+        typer.Option(
+            "--router-queue",
+            metavar="MODE",
+            help="Router-side fair queue: auto (workers without the fairserve extension), "
+            "on (every worker), off.",
+            callback=_check_mode,
+            autocompletion=lambda: list(ROUTER_QUEUE_MODES),
+        ),
+    ] = "auto",
+    trace: Annotated[
+        str | None,
+        typer.Option("--trace", metavar="FILE", help="Record a request trace (JSON lines)."),
+    ] = None,
+    drain_timeout: Annotated[
+        float,
+        typer.Option("--drain-timeout", min=0, help="Seconds to finish in-flight requests."),
+    ] = 10.0,
+) -> None:
+    """Run the fair router in front of workers started elsewhere.
+
+    Clients are identified by API key (--clients), the X-Fairserve-Client header, the
+    OpenAI 'user' field, else 'anonymous'. Prints one line to stderr when ready, with the
+    URL it listens on. Workers that do not answer at start are reported and kept: they
+    join when their health check passes.
+    """
+    from fairserve.router.config import RouterConfig, load_clients
+
+    keys, weights = load_clients(clients) if clients else ({}, {})
+    config = RouterConfig(
+        worker_urls=tuple(u.rstrip("/") for u in worker_url),
+        host=host,
+        port=port,
+        dispatch=dispatch,
+        policy=policy,
+        quantum=quantum,
+        worker_quantum=worker_quantum,
+        clients=keys,
+        weights=weights,
+        admin_token=admin_token,
+        queue_cap=queue_cap,
+        max_body_bytes=max_body_bytes,
+        router_queue=router_queue,  # type: ignore[arg-type]  # checked by the callback
+        trace_path=trace,
+        drain_timeout_s=drain_timeout,
+    )
+    _use_uvloop()
+    asyncio.run(_serve(config))
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve(config: RouterConfig) -> None:
+    import logging
+
+    from fairserve.router.server import RouterServer
+
+    logging.basicConfig(
+        level=logging.WARNING, format="fairserve router: %(levelname)s: %(message)s"
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = RouterServer(config)
+    url = await server.start()
+    try:
+        down = [up.url for up in server.router.upstreams.values() if not up.healthy]
+        for worker in down:
+            error = server.router.upstreams[worker].last_error
+            _err(f"fairserve router: warning: worker {worker} is unreachable ({error}); "
+                 "it joins when its health check passes")  # fmt: skip
+        healthy = len(config.worker_urls) - len(down)
+        _err(
+            f"fairserve router listening on {url} ({healthy}/{len(config.worker_urls)} workers "
+            f"healthy, dispatch {config.dispatch}, policy {config.policy})"
+        )
+        await stop.wait()
+        _err("fairserve router: draining")
+    finally:
+        drained = await server.stop()
+    if not drained:
+        _err("fairserve router: drain timeout: in-flight requests were cancelled")
+
+
+def _err(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()

@@ -15,8 +15,8 @@ from aiohttp import web
 
 import fairserve
 from fairserve.core.errors import ConfigError
+from fairserve.core.openai_api import ApiError, bad_request, parse_json
 from fairserve.worker import responses as r
-from fairserve.worker.api import ApiError, bad_request, parse_json
 from fairserve.worker.generation import RUNTIME
 from fairserve.worker.metrics import CONTENT_TYPE, WorkerMetrics
 from fairserve.worker.runtime import WorkerRuntime

@@ -1,6 +1,6 @@
 """The generation endpoints: ``/generate``, ``/v1/completions``, ``/v1/chat/completions``.
 
-A handler parses its body into a :class:`~fairserve.worker.api.GenerationSpec`, submits it
+A handler parses its body into a :class:`~fairserve.core.openai_api.GenerationSpec`, submits it
 to the runtime and then either waits for the outcome or streams Server-Sent Events as the
 engine produces tokens. Whatever ends the handler early (the client disconnects, the server
 cancels it), the ``finally`` clause aborts the request in the engine, so no simulated GPU
@@ -17,8 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from fairserve.core.errors import ConfigError, RequestRejected
-from fairserve.worker import responses as r
-from fairserve.worker.api import (
+from fairserve.core.openai_api import (
     ApiError,
     GenerationSpec,
     bad_request,
@@ -27,6 +26,7 @@ from fairserve.worker.api import (
     parse_generate,
     parse_json,
 )
+from fairserve.worker import responses as r
 from fairserve.worker.runtime import DuplicateRequest, Ticket, Unavailable, WorkerRuntime
 
 RUNTIME: web.AppKey[WorkerRuntime] = web.AppKey("runtime", WorkerRuntime)

@@ -15,25 +15,10 @@ import json
 import math
 from typing import Any
 
-from fairserve.worker.api import ApiError
+from fairserve.core.openai_api import error_body as error_body  # re-exported for handlers
 from fairserve.worker.runtime import Ticket
 
 SSE_DONE = b"data: [DONE]\n\n"
-
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    429: "rate_limit_error",
-    503: "service_unavailable_error",
-}
-
-
-def error_body(error: ApiError) -> dict[str, Any]:
-    """``{"error": {"message", "type", "code"}}`` (OpenAI's shape; ``code`` = HTTP status)."""
-    kind = _ERROR_TYPES.get(error.status, "server_error" if error.status >= 500 else error.code)
-    return {"error": {"message": error.message, "type": kind, "code": error.status}}
 
 
 def sse(payload: dict[str, Any]) -> bytes:

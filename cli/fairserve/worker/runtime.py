@@ -29,12 +29,12 @@ from collections.abc import Callable
 from typing import Any
 
 from fairserve.core.errors import FairserveError
+from fairserve.core.openai_api import GenerationSpec
+from fairserve.core.tokenizer import SyntheticOutput
 from fairserve.core.types import Request, tokens_to_key
 from fairserve.sim.engine import Engine, StepResult
-from fairserve.worker.api import GenerationSpec
 from fairserve.worker.config import WorkerConfig, build_engine
 from fairserve.worker.evictions import EvictionLog
-from fairserve.worker.tokenizer import SyntheticOutput
 
 log = logging.getLogger("fairserve.worker")
 

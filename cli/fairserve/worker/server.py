@@ -22,9 +22,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from fairserve.core.errors import FairserveError
+from fairserve.core.openai_api import ApiError
 from fairserve.worker import admin, generation
 from fairserve.worker import responses as r
-from fairserve.worker.api import ApiError
 from fairserve.worker.config import WorkerConfig, build_engine
 from fairserve.worker.metrics import WorkerMetrics
 from fairserve.worker.runtime import EngineFactory, WorkerRuntime

@@ -1,4 +1,8 @@
-"""Parsing and validating the bodies of the generation endpoints.
+"""Parsing and validating the bodies of the OpenAI and SGLang generation endpoints.
+
+Shared by the simulated worker and the router (pure: standard library only), so a body the
+router accepts is one the worker accepts, with the same 400 messages, and both tokenise the
+prompt the same way (prefix keys in the router's global tree match the worker's cache).
 
 Every route turns its JSON body into one :class:`GenerationSpec`, so the runtime and the
 response writers never see route-specific shapes. Validation is strict about what the
@@ -16,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
+from fairserve.core.tokenizer import render_chat, tokenize
 from fairserve.core.types import ANONYMOUS_CLIENT
-from fairserve.worker.tokenizer import render_chat, tokenize
 
 Route = Literal["generate", "completions", "chat"]
 
@@ -34,7 +38,7 @@ _BATCHED = "batched requests are not supported: send one prompt per request"
 
 
 class ApiError(Exception):
-    """A request the worker refuses; ``status`` is the HTTP status to answer with."""
+    """A request a server refuses; ``status`` is the HTTP status to answer with."""
 
     def __init__(
         self,
@@ -52,6 +56,24 @@ class ApiError(Exception):
 
 def bad_request(message: str) -> ApiError:
     return ApiError(400, message)
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
+
+
+def error_body(error: ApiError) -> dict[str, Any]:
+    """``{"error": {"message", "type", "code"}}`` (OpenAI's shape; ``code`` = HTTP status)."""
+    kind = _ERROR_TYPES.get(error.status, "server_error" if error.status >= 500 else error.code)
+    return {"error": {"message": error.message, "type": kind, "code": error.status}}
 
 
 @dataclass(frozen=True, slots=True)

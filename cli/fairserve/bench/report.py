@@ -1,0 +1,205 @@
+"""The DESIGN §7 report of a bench run, from the clients' side.
+
+The simulator's :func:`~fairserve.sim.report.build_report` owns the key names and the
+formulas (throughput, Jain's index over the window where every client is active, the largest
+service gap between backlogged clients, percentiles). This module only turns HTTP
+measurements into its input, a :class:`~fairserve.sim.recorder.SimResult`, so ``simulate
+--json`` and ``bench --json`` cannot drift apart; then it adds what only a client sees:
+errors by status, calls never sent, and the upstream as one "worker" (its busy fraction is
+not visible from outside, so it is null).
+
+Client view of service: ``w_e`` per prompt token when the first token arrives (the prompt
+was processed), ``w_q`` per output token spread evenly until the answer ends. A client is
+backlogged while it has a call due and unanswered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from fairserve.bench.client import OK, UNFINISHED, Attempt
+from fairserve.bench.runner import BenchResult
+from fairserve.core.metrics import ServiceSample
+from fairserve.sim.engine import EngineStats
+from fairserve.sim.recorder import ClientCounters, RequestRecord, SimResult
+from fairserve.sim.report import build_report
+
+W_E = 1.0
+W_Q = 2.0
+SAMPLES = 500
+"""Points on the service grid (fairness metrics and plots read it)."""
+_OUTPUT_PIECES = 8
+"""An answer's output service is credited in this many steps between first token and end."""
+
+
+def bench_report(result: BenchResult) -> dict[str, Any]:
+    """One JSON-able object with the §7 keys plus ``errors`` and per-client ``errors``."""
+    sim = to_sim_result(result)
+    meta = {"workload": result.workload, "url": result.url, "api": result.api}
+    report = build_report(sim, {**meta, "seed": result.seed})
+    report["target_duration_s"] = result.duration_s
+    report["workers"] = [_upstream(result)]
+    by_client = _errors_by_client(result.attempts)
+    for name, entry in report["clients"].items():
+        entry["errors"] = dict(by_client.get(name, {}))
+        entry["unsent"] = result.unsent.get(name, 0)
+    report["errors"] = _errors_summary(by_client)
+    return report
+
+
+def to_sim_result(result: BenchResult) -> SimResult:
+    """The run as the simulator's result type (for ``build_report`` and ``plot_runs``)."""
+    names = [c.name for c in result.clients]
+    names += sorted({a.client for a in result.attempts} - set(names))
+    end_s = max(result.elapsed_s, 1e-9)
+    done = [a for a in result.attempts if a.ok]
+    prompt = sum(a.prompt_tokens for a in done)
+    cached = sum(a.cached_tokens for a in done)
+    samples, queue = _samples(result.attempts, names, end_s)
+    stats = EngineStats(prompt_tokens=prompt, cached_tokens=cached, finished=len(done))
+    unfinished = Counter(a.client for a in result.attempts if a.status == UNFINISHED)
+    return SimResult(
+        end_s=end_s,
+        clients=names,
+        weights={c.name: c.weight for c in result.clients},
+        counters=_counters(result.attempts, names),
+        service={name: samples[-1].cumulative.get(name, 0.0) for name in names},
+        samples=samples,
+        records=[_record(a) for a in done],
+        worker_ids=[result.url],
+        worker_stats=[stats],
+        worker_finished=[len(done)],
+        unfinished=dict(unfinished),
+        queue_samples=queue,
+    )
+
+
+def _record(a: Attempt) -> RequestRecord:
+    finish_s = a.finish_s if a.finish_s is not None else a.arrival_s
+    first_s = a.first_token_s if a.first_token_s is not None else finish_s
+    return RequestRecord(
+        a.client, 0, a.arrival_s, first_s, finish_s,
+        a.prompt_tokens, a.cached_tokens, a.completion_tokens,
+    )  # fmt: skip
+
+
+def _counters(attempts: list[Attempt], names: list[str]) -> dict[str, ClientCounters]:
+    counters = {name: ClientCounters() for name in names}
+    for a in attempts:
+        c = counters[a.client]
+        if a.sent_s is not None:
+            c.submitted += 1
+        if a.ok:
+            c.input_tokens += a.prompt_tokens
+            c.output_tokens += a.completion_tokens
+        elif a.status != UNFINISHED:
+            c.rejected += 1
+        if c.first_arrival_s is None:
+            c.first_arrival_s = a.arrival_s
+        c.first_arrival_s = min(c.first_arrival_s, a.arrival_s)
+        c.last_arrival_s = max(c.last_arrival_s or 0.0, a.arrival_s)
+    return counters
+
+
+def _service_events(attempts: list[Attempt]) -> list[tuple[float, str, float]]:
+    """``(t_s, client, service)``: the prompt at the first token, output in even steps."""
+    events: list[tuple[float, str, float]] = []
+    for a in attempts:
+        if not a.ok or a.finish_s is None:
+            continue
+        first_s = a.first_token_s if a.first_token_s is not None else a.finish_s
+        events.append((first_s, a.client, W_E * a.prompt_tokens))
+        pieces = max(1, min(_OUTPUT_PIECES, a.completion_tokens))
+        share = W_Q * a.completion_tokens / pieces
+        step_s = (a.finish_s - first_s) / pieces
+        events.extend((first_s + (k + 1) * step_s, a.client, share) for k in range(pieces))
+    return events
+
+
+def _backlog_events(attempts: list[Attempt], end_s: float) -> list[tuple[float, str, int, int]]:
+    """``(t_s, client, outstanding delta, waiting delta)`` for every call sent."""
+    events: list[tuple[float, str, int, int]] = []
+    for a in attempts:
+        if a.sent_s is None:
+            continue
+        finish_s = a.finish_s if a.finish_s is not None else end_s
+        first_s = a.first_token_s if a.first_token_s is not None else finish_s
+        events += [(a.arrival_s, a.client, 1, 1), (first_s, a.client, 0, -1)]
+        events.append((finish_s, a.client, -1, 0))
+    return events
+
+
+def _samples(
+    attempts: list[Attempt], names: list[str], end_s: float
+) -> tuple[list[ServiceSample], list[tuple[float, int]]]:
+    """Cumulative service and the backlogged set on a grid; calls waiting for a first token."""
+    service = sorted(_service_events(attempts))
+    backlog = sorted(_backlog_events(attempts, end_s), key=lambda e: e[0])
+    cumulative = dict.fromkeys(names, 0.0)
+    outstanding = dict.fromkeys(names, 0)
+    waiting = 0
+    i = j = 0
+    samples: list[ServiceSample] = []
+    queue: list[tuple[float, int]] = []
+    for k in range(SAMPLES + 1):
+        t_s = end_s * k / SAMPLES
+        while i < len(service) and service[i][0] <= t_s:
+            cumulative[service[i][1]] += service[i][2]
+            i += 1
+        while j < len(backlog) and backlog[j][0] <= t_s:
+            _, client, d_out, d_wait = backlog[j]
+            outstanding[client] += d_out
+            waiting += d_wait
+            j += 1
+        busy = frozenset(c for c, n in outstanding.items() if n > 0)
+        samples.append(ServiceSample(t_s, dict(cumulative), busy))
+        queue.append((t_s, waiting))
+    for _, client, amount in service[i:]:  # rounding at the last grid point
+        cumulative[client] += amount
+    if service[i:]:
+        samples[-1] = ServiceSample(samples[-1].t_s, dict(cumulative), samples[-1].backlogged)
+    return samples, queue
+
+
+def _upstream(result: BenchResult) -> dict[str, Any]:
+    done = [a for a in result.attempts if a.ok]
+    prompt = sum(a.prompt_tokens for a in done)
+    cached = sum(a.cached_tokens for a in done)
+    return {
+        "id": result.url,
+        "requests": len(done),
+        "cache_hit_rate": cached / prompt if prompt else 0.0,
+        "busy_fraction": None,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+    }
+
+
+def _errors_by_client(attempts: list[Attempt]) -> dict[str, Counter[str]]:
+    """Every call that did not end ``ok``, by client and status (``unfinished`` included)."""
+    out: dict[str, Counter[str]] = {}
+    for a in attempts:
+        if a.status != OK:
+            out.setdefault(a.client, Counter())[a.status] += 1
+    return out
+
+
+def _errors_summary(by_client: dict[str, Counter[str]]) -> dict[str, Any]:
+    total: Counter[str] = Counter()
+    for counts in by_client.values():
+        total.update(counts)
+    return {
+        "total": sum(total.values()),
+        "by_status": dict(sorted(total.items())),
+        "by_client": {c: dict(sorted(n.items())) for c, n in sorted(by_client.items())},
+    }
+
+
+def first_messages(attempts: list[Attempt]) -> dict[str, str]:
+    """One server message per failing status (the first seen), for the human view."""
+    out: dict[str, str] = {}
+    for a in attempts:
+        if a.status != OK and a.message and a.status not in out:
+            out[a.status] = a.message
+    return out

@@ -1,0 +1,298 @@
+"""The load generator: a workload's programs over real HTTP, open and closed loop.
+
+Programs start at their ``start_s`` (open-loop arrivals, whatever the server's speed); the
+calls inside a program form a DAG and a call is due ``delay_s`` after its last parent's
+answer is back (closed loop, like the simulator's cluster). Each call goes out with its
+client's identity (``X-Fairserve-Client``) and application (``X-Fairserve-App``), streamed,
+so time to first token is measured where the client sees it.
+
+A call's ``arrival_s`` is when it was *due*, not when a connection became free, so a
+saturated generator (``max_in_flight``) shows up in latency instead of hiding it. Only
+calls due before ``duration_s`` are issued (the others are counted ``unsent``); calls still
+in flight then get ``timeout_s`` more, and the rest are counted ``unfinished``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from fairserve.bench.client import SKIPPED, UNFINISHED, Attempt, send
+from fairserve.bench.prompts import Answer, Api, ancestors, request_body, segments
+from fairserve.core.errors import ConfigError
+from fairserve.workloads.model import Call, ClientInfo, Program, Workload
+
+CLIENT_HEADER = "X-Fairserve-Client"
+APP_HEADER = "X-Fairserve-App"
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_IN_FLIGHT = 256
+PROGRESS_INTERVAL_S = 0.25
+
+
+class Unreachable(ConnectionError):
+    """Nothing answers at the URL (exit code 3 through ``commands.errors``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """How to drive the workload (the CLI's options)."""
+
+    api: Api = "completions"
+    duration_s: float | None = None
+    """Stop issuing after this many seconds (default: the workload's duration)."""
+    seed: int | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """Per-request silence limit, and how long in-flight calls may run past the duration."""
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    token: str | None = None
+    """Sent as ``Authorization: Bearer`` with every call."""
+    api_keys: Mapping[str, str] = field(default_factory=dict)
+    """Per-client API keys (client name → key); they win over ``token``."""
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressInfo:
+    elapsed_s: float
+    duration_s: float
+    sent: int
+    finished: int
+    failed: int
+    in_flight: int
+
+
+@dataclass
+class BenchResult:
+    """Everything one run measured, for the report and the plot."""
+
+    url: str
+    api: Api
+    workload: str
+    seed: int
+    duration_s: float
+    elapsed_s: float
+    clients: tuple[ClientInfo, ...]
+    attempts: list[Attempt]
+    unsent: dict[str, int]
+    programs: dict[str, Program]
+
+
+ProgressFn = Callable[[ProgressInfo], None]
+
+
+def normalize_url(url: str) -> str:
+    """``http(s)://host:port`` without a trailing ``/`` or ``/v1`` (paths are added here)."""
+    text = url.strip().rstrip("/")
+    if not text.startswith(("http://", "https://")):
+        raise ConfigError(f"--url: expected an http:// or https:// URL, got {url!r}")
+    return text.removesuffix("/v1")
+
+
+async def run_workload(
+    url: str, workload: Workload, options: BenchOptions, progress: ProgressFn | None = None
+) -> BenchResult:
+    """Run ``workload`` against ``url``; raises :class:`Unreachable` if nothing answers."""
+    _check(options)
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=options.timeout_s, sock_read=options.timeout_s
+    )
+    connector = aiohttp.TCPConnector(limit=options.max_in_flight)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        base = normalize_url(url)
+        await probe(session, base, options.timeout_s)
+        return await _Run(session, base, workload, options, progress).run()
+
+
+def _check(options: BenchOptions) -> None:
+    if not options.timeout_s > 0:
+        raise ConfigError(f"--timeout: expected a positive number, got {options.timeout_s}")
+    if options.max_in_flight < 1:
+        raise ConfigError(f"--max-in-flight: expected at least 1, got {options.max_in_flight}")
+    if options.duration_s is not None and not options.duration_s > 0:
+        raise ConfigError(f"--duration: expected a positive number, got {options.duration_s}")
+
+
+async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> None:
+    """Any HTTP answer from ``GET /v1/models`` proves the server is there."""
+    try:
+        limit = aiohttp.ClientTimeout(total=min(timeout_s, 10.0))
+        async with session.get(url + "/v1/models", timeout=limit) as resp:
+            await resp.read()
+    except (aiohttp.ClientConnectionError, OSError, TimeoutError) as exc:
+        detail = str(exc) or type(exc).__name__
+        raise Unreachable(f"cannot reach {url}: {detail} (is the router running?)") from None
+
+
+class _Run:
+    """One run's state: the clock, the calls, the in-flight limit."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        workload: Workload,
+        options: BenchOptions,
+        progress: ProgressFn | None,
+    ) -> None:
+        self.session, self.url, self.options = session, url, options
+        self.workload = workload
+        self.seed = options.seed if options.seed is not None else workload.seed
+        self.duration_s = options.duration_s or workload.duration_s
+        self.progress = progress
+        self.attempts: list[Attempt] = []
+        self.unsent: dict[str, int] = {}
+        self.programs: dict[str, Program] = {}
+        self.slots = asyncio.Semaphore(options.max_in_flight)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.issued: set[str] = set()
+        self.loop = asyncio.get_running_loop()
+        self.t0 = self.loop.time()
+
+    def clock(self) -> float:
+        return self.loop.time() - self.t0
+
+    async def run(self) -> BenchResult:
+        ticker = asyncio.create_task(self._tick()) if self.progress else None
+        try:
+            await self._feed()
+            await self._drain()
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+        self._report_progress()
+        return BenchResult(
+            url=self.url,
+            api=self.options.api,
+            workload=self.workload.name,
+            seed=self.seed,
+            duration_s=self.duration_s,
+            elapsed_s=self.clock(),
+            clients=self.workload.clients,
+            attempts=self.attempts,
+            unsent=self.unsent,
+            programs=self.programs,
+        )
+
+    async def _feed(self) -> None:
+        """Start each program at its time; return once the duration is over."""
+        for program in self.workload.programs(self.seed, self.duration_s):
+            await self._sleep_until(program.start_s)
+            self.programs[program.app] = program
+            task = asyncio.create_task(self._program(program))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        await self._sleep_until(self.duration_s)
+
+    async def _drain(self) -> None:
+        """Give in-flight calls ``timeout_s``; cancel the rest (they record themselves)."""
+        pending = set(self.tasks)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=self.options.timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _sleep_until(self, t_s: float) -> None:
+        delay = t_s - self.clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _program(self, program: Program) -> None:
+        done = {call.id: asyncio.Event() for call in program.calls}
+        answers: dict[str, Answer | None] = {}
+        lineage = ancestors(program)
+        await asyncio.gather(
+            *(self._call(program, c, done, answers, lineage[c.id]) for c in program.calls)
+        )
+
+    async def _call(
+        self,
+        program: Program,
+        call: Call,
+        done: dict[str, asyncio.Event],
+        answers: dict[str, Answer | None],
+        lineage: tuple[str, ...],
+    ) -> None:
+        """Wait for the parents, then send; always mark the call done for its children."""
+        try:
+            for parent in call.after:
+                await done[parent].wait()
+            due_s = (program.start_s if not call.after else self.clock()) + call.delay_s
+            if any(answers.get(parent) is None for parent in call.after):
+                self._skip(program, call, due_s)
+                return
+            await self._sleep_until(due_s)
+            answers[call.id] = await self._send(program, call, due_s, answers, lineage)
+        except asyncio.CancelledError:
+            if call.id not in self.issued:
+                self._count_unsent(program.client)
+            raise
+        finally:
+            answers.setdefault(call.id, None)
+            done[call.id].set()
+
+    async def _send(
+        self,
+        program: Program,
+        call: Call,
+        due_s: float,
+        answers: Mapping[str, Answer | None],
+        lineage: tuple[str, ...],
+    ) -> Answer | None:
+        if due_s >= self.duration_s:
+            self._count_unsent(program.client)
+            return None
+        calls = {c.id: c for c in program.calls}
+        quoted = [(calls[a].output_key, ans) for a in lineage if (ans := answers.get(a))]
+        body = request_body(self.options.api, segments(call, quoted), call.output_tokens)
+        if self.options.model is not None:
+            body["model"] = self.options.model
+        attempt = Attempt(program.client, program.app, call.id, due_s, call.input_tokens)
+        async with self.slots:
+            self.attempts.append(attempt)
+            self.issued.add(call.id)
+            try:
+                return await send(
+                    self.session, self.url, self.options.api, body,
+                    self._headers(program), attempt, self.clock,
+                )  # fmt: skip
+            except asyncio.CancelledError:
+                attempt.status = UNFINISHED
+                raise
+
+    def _headers(self, program: Program) -> dict[str, str]:
+        headers = {CLIENT_HEADER: program.client, APP_HEADER: program.app}
+        key = self.options.api_keys.get(program.client, self.options.token)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _skip(self, program: Program, call: Call, due_s: float) -> None:
+        attempt = Attempt(program.client, program.app, call.id, due_s, call.input_tokens)
+        attempt.status = SKIPPED
+        attempt.message = "a call it depends on failed"
+        self.attempts.append(attempt)
+
+    def _count_unsent(self, client: str) -> None:
+        self.unsent[client] = self.unsent.get(client, 0) + 1
+
+    async def _tick(self) -> None:
+        while True:
+            self._report_progress()
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+
+    def _report_progress(self) -> None:
+        if self.progress is None:
+            return
+        sent = finished = failed = 0
+        for attempt in self.attempts:
+            sent += attempt.sent_s is not None
+            finished += attempt.ok
+            failed += attempt.finish_s is not None and not attempt.ok
+        in_flight = sum(1 for a in self.attempts if a.sent_s is not None and a.finish_s is None)
+        info = ProgressInfo(self.clock(), self.duration_s, sent, finished, failed, in_flight)
+        self.progress(info)

@@ -1,0 +1,152 @@
+"""The router-side fair queue: fairness in front of a worker that has none inside.
+
+A stock engine (SGLang without the plugin, vLLM, any OpenAI-compatible server) admits
+requests in its own order (FCFS, LPM), so a flooding client starves the others however the
+dispatcher spreads them. For such a worker the router keeps at most
+``max_outstanding`` requests in flight and holds the excess here; a ``sched`` local policy
+(DLPM by default) decides which waiting request is released next, driven through the same
+event contract as inside an engine (``on_arrival``, ``select`` with ``can_fit``,
+``on_admit``, decode charges, ``on_finish``/``on_abort``).
+
+``can_fit`` is "a slot is free" (and reserves it: a True answer is final). ``match_len``
+comes from an approximate per-worker prefix cache: a radix tree of the prompts released to
+the worker, trimmed LRU to the worker's reported KV capacity. Output tokens are charged
+when a request ends (the router does not see the engine's decode steps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fairserve.core.radix import RadixTree
+from fairserve.core.types import Request
+from fairserve.sched.local.base import LocalPolicy
+
+DEFAULT_CACHE_TOKENS = 1 << 20
+
+
+class FairQueue:
+    """Admission control of one worker by a local policy."""
+
+    def __init__(
+        self,
+        policy: LocalPolicy,
+        max_outstanding: int,
+        cache_tokens: int = DEFAULT_CACHE_TOKENS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self.max_outstanding = max_outstanding
+        self.cache_tokens = cache_tokens
+        self.outstanding = 0
+        self.released = 0
+        self._clock = clock
+        self._waiting: list[Request] = []
+        self._futures: dict[int, asyncio.Future[None]] = {}
+        self._admitted: set[int] = set()
+        self._tree = RadixTree()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def acquire(self, req: Request) -> None:
+        """Wait until the policy releases ``req`` to the worker.
+
+        May raise :class:`~fairserve.core.errors.RequestRejected` (e.g. ``rpm``). If the
+        caller is cancelled while waiting, the request leaves the queue."""
+        now = self._clock()
+        self.policy.on_arrival(req, now)
+        self._waiting.append(req)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._futures[id(req)] = future
+        self._pump(now)
+        try:
+            await future
+        except asyncio.CancelledError:
+            self._leave(req)
+            raise
+
+    def finish(self, req: Request, output_tokens: int, cached_tokens: int) -> None:
+        """``req`` ended at the worker: charge its output, correct its prompt charge, free
+        its slot and release the next requests."""
+        if id(req) not in self._admitted:
+            return
+        now = self._clock()
+        req.output_tokens = output_tokens
+        if output_tokens > 0:
+            self.policy.on_decode_steps([req], output_tokens, now)
+        self.policy.correct_extend(req, max(0, req.input_tokens - cached_tokens))
+        self.policy.on_finish(req, now)
+        self._free(req, now)
+
+    def abort(self, req: Request) -> None:
+        """``req`` left without finishing (worker failure, client gone)."""
+        if id(req) in self._admitted:
+            now = self._clock()
+            self.policy.on_abort(req, now, was_waiting=False)
+            self._free(req, now)
+        elif id(req) in self._futures:
+            self._leave(req)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "waiting": len(self._waiting),
+            "outstanding": self.outstanding,
+            "max_outstanding": self.max_outstanding,
+            "released": self.released,
+            "cache_tokens": self._tree.total_tokens,
+            "policy": self.policy.snapshot(),
+        }
+
+    # ------------------------------------------------------------------ internals
+    def _leave(self, req: Request) -> None:
+        future = self._futures.pop(id(req), None)
+        if future is None:
+            return
+        if id(req) in self._admitted:  # released just before the cancellation landed
+            self.abort(req)
+            return
+        self._waiting.remove(req)
+        self.policy.on_abort(req, self._clock(), was_waiting=True)
+
+    def _free(self, req: Request, now: float) -> None:
+        self._admitted.discard(id(req))
+        self._futures.pop(id(req), None)
+        self.outstanding -= 1
+        self._pump(now)
+
+    def _can_fit(self, req: Request) -> bool:
+        if self.outstanding >= self.max_outstanding:
+            return False
+        self.outstanding += 1
+        return True
+
+    def _pump(self, now: float) -> None:
+        if not self._waiting or self.outstanding >= self.max_outstanding:
+            return
+        admitted = self.policy.select(self._waiting, self._can_fit, self._match_len, now)
+        if not admitted:
+            return
+        chosen = {id(r) for r in admitted}
+        self._waiting = [r for r in self._waiting if id(r) not in chosen]
+        for req in admitted:
+            self._admitted.add(id(req))
+            self.released += 1
+            self._remember(req.prompt_key)
+            future = self._futures.get(id(req))
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _match_len(self, req: Request) -> int:
+        return self._tree.match_len(req.prompt_key)
+
+    def _remember(self, key: bytes) -> None:
+        tree = self._tree
+        tree.insert(key)
+        excess = tree.total_tokens - self.cache_tokens
+        if excess > 0:
+            tree.evict(excess + self.cache_tokens // 10)

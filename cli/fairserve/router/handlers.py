@@ -1,0 +1,246 @@
+"""The router's HTTP handlers (DESIGN §5) and its error middleware.
+
+Every error leaves in the OpenAI shape ``{"error": {"message", "type", "code"}}`` with the
+status that says what happened: 400 bad input (the message names the field), 401 unknown
+API key or missing admin token, 403 wrong admin token, 404 unknown path or model, 413 body
+too large, 429 over a client's queue cap, 503 no healthy worker or draining.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.openai_api import (
+    ApiError,
+    GenerationSpec,
+    Route,
+    bad_request,
+    error_body,
+    parse_chat,
+    parse_completion,
+    parse_generate,
+    parse_json,
+)
+from fairserve.core.types import Request, tokens_to_key
+from fairserve.router import proxy
+from fairserve.router.identity import application, bearer_token, identify
+from fairserve.router.metrics import CONTENT_TYPE
+from fairserve.router.service import Router
+from fairserve.router.state import json_safe, snapshot
+
+ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
+URL: web.AppKey[list[str]] = web.AppKey("url", list)
+
+Parser = Callable[[Mapping[str, Any], Mapping[str, str]], GenerationSpec]
+PARSERS: dict[Route, Parser] = {
+    "chat": parse_chat,
+    "completions": parse_completion,
+    "generate": parse_generate,
+}
+
+
+def json_response(payload: Any, status: int = 200) -> web.Response:
+    text = json.dumps(json_safe(payload), allow_nan=False)
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
+def error_response(exc: ApiError) -> web.Response:
+    response = json_response(error_body(exc), exc.status)
+    response.headers.update(exc.headers)
+    return response
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except ApiError as exc:
+        return error_response(exc)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[ROUTER].config.max_body_bytes
+        return error_response(
+            ApiError(413, f"request body is too large: the limit is {limit} bytes")
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(
+            ApiError(exc.status, f"{exc.reason}: {request.method} {request.path}")
+        )
+
+
+# ------------------------------------------------------------------ generation
+def _generation(route: Route) -> Callable[[web.Request], Any]:
+    parse = PARSERS[route]
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        router = request.app[ROUTER]
+        if router.draining:
+            raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
+        body = parse_json(await request.read())
+        client = identify(request.headers, body, router.config.clients)
+        app = application(request.headers)
+        spec = parse(body, request.headers)
+        router.check_model(spec.model)
+        call = _new_call(router, route, spec, body, client, app)
+        return await proxy.forward(router, call, request)
+
+    return handle
+
+
+def _new_call(
+    router: Router,
+    route: Route,
+    spec: GenerationSpec,
+    body: dict[str, Any],
+    client: str,
+    app: str | None,
+) -> proxy.Call:
+    acc = router.accounting
+    stats = acc.client(client)
+    cap = router.config.queue_cap
+    if stats.in_flight >= cap:
+        acc.rejected(client)
+        router.metrics.ended(client, "rejected")
+        raise ApiError(
+            429,
+            f"client {client!r} has {stats.in_flight} requests in the router (the cap is {cap});"
+            " retry later",
+            headers={"Retry-After": "1"},
+        )
+    now = time.monotonic()
+    rid = spec.rid
+    req = Request(
+        id=rid,
+        client=client,
+        prompt_key=tokens_to_key(spec.prompt_ids),
+        max_output_tokens=spec.max_new_tokens,
+        arrival_s=now,
+        app=app,
+    )
+    upstream = dict(body)
+    upstream["routing_key"] = client
+    upstream["rid"] = rid
+    want_usage = spec.include_usage
+    if spec.stream and route != "generate":
+        options = dict(body.get("stream_options") or {})
+        options["include_usage"] = True
+        upstream["stream_options"] = options
+    estimate = acc.estimate(req.input_tokens, req.max_output_tokens)
+    acc.arrived(client, estimate, now)
+    return proxy.Call(
+        route=route,
+        client=client,
+        req=req,
+        payload=json.dumps(upstream).encode(),
+        stream=spec.stream,
+        want_usage=want_usage,
+        estimate=estimate,
+        start_s=now,
+        app=app,
+    )
+
+
+chat_completions = _generation("chat")
+completions = _generation("completions")
+generate = _generation("generate")
+
+
+# ------------------------------------------------------------------ read-only
+async def list_models(request: web.Request) -> web.Response:
+    models = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "fairserve"}
+        for name in request.app[ROUTER].models()
+    ]
+    return json_response({"object": "list", "data": models})
+
+
+async def health(request: web.Request) -> web.Response:
+    router = request.app[ROUTER]
+    healthy = router.healthy()
+    body = {"status": "ok" if healthy else "no healthy worker", "healthy_workers": len(healthy)}
+    if router.draining:
+        body["status"] = "draining"
+        return json_response(body, 503)
+    return json_response(body, 200 if healthy else 503)
+
+
+async def state(request: web.Request) -> web.Response:
+    return json_response(snapshot(request.app[ROUTER], request.app[URL][0]))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    router = request.app[ROUTER]
+    body = router.metrics.render(json_safe(snapshot(router)))
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+# ------------------------------------------------------------------ admin
+async def get_quantum(request: web.Request) -> web.Response:
+    return json_response(request.app[ROUTER].quantum_view())
+
+
+async def put_quantum(request: web.Request) -> web.Response:
+    """``{"worker_quantum": Q^w, "quantum": Q^u}`` (either or both)."""
+    router = request.app[ROUTER]
+    check_admin(request, router.config.admin_token)
+    body = parse_json(await request.read())
+    unknown = sorted(set(body) - {"worker_quantum", "quantum"})
+    if unknown:
+        raise bad_request(f"{unknown[0]}: unknown field; expected worker_quantum and/or quantum")
+    worker_q = _quantum(body.get("worker_quantum"), "worker_quantum", allow_inf=True)
+    local_q = _quantum(body.get("quantum"), "quantum", allow_inf=False)
+    if worker_q is None and local_q is None:
+        raise bad_request("expected worker_quantum and/or quantum")
+    try:
+        view = await router.set_quanta(worker_q, local_q)
+    except ConfigError as exc:
+        raise bad_request(str(exc)) from None
+    return json_response(view)
+
+
+def _quantum(value: object, field: str, allow_inf: bool) -> float | None:
+    if value is None:
+        return None
+    if allow_inf and value == "inf":
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{field}: expected a positive number, got {value!r}")
+    number = float(value)
+    if not number > 0 or math.isnan(number) or (math.isinf(number) and not allow_inf):
+        raise bad_request(f"{field}: expected a positive number, got {value!r}")
+    return number
+
+
+def check_admin(request: web.Request, token: str | None) -> None:
+    """401 without a bearer token, 403 with a wrong one (or when no token is configured)."""
+    if token is None:
+        raise ApiError(403, "writes are disabled: start the router with --admin-token")
+    given = bearer_token(request.headers)
+    if given is None:
+        raise ApiError(401, "admin token required: send 'Authorization: Bearer TOKEN'")
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise ApiError(403, "wrong admin token")
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.post("/v1/chat/completions", chat_completions),
+        web.post("/v1/completions", completions),
+        web.post("/generate", generate),
+        web.get("/v1/models", list_models),
+        web.get("/health", health),
+        web.get("/metrics", metrics),
+        web.get("/fairserve/v1/state", state),
+        web.get("/fairserve/v1/quantum", get_quantum),
+        web.put("/fairserve/v1/quantum", put_quantum),
+    ]

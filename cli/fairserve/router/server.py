@@ -1,0 +1,120 @@
+"""The router's aiohttp application and lifecycle: bind, serve, drain, stop.
+
+:class:`RouterServer` is what ``fairserve router``, ``launch`` and the tests start, so the
+tests exercise the same sockets and shutdown path as production.
+
+* Handlers are cancelled when their client disconnects (``handler_cancellation``): the
+  proxy then aborts the upstream request.
+* The socket is bound here, so ``port=0`` works and "address in use" is one clear error.
+* ``stop()`` drains: stop accepting, refuse new requests with 503, let in-flight ones
+  finish for ``drain_timeout_s``, then cancel the rest and close the upstream session.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+from aiohttp import web
+
+from fairserve.core.errors import FairserveError
+from fairserve.router import handlers
+from fairserve.router.config import RouterConfig
+from fairserve.router.service import Router
+
+log = logging.getLogger("fairserve.router")
+
+
+def build_app(router: Router, url_holder: list[str]) -> web.Application:
+    app = web.Application(
+        middlewares=[handlers.errors], client_max_size=router.config.max_body_bytes
+    )
+    app[handlers.ROUTER] = router
+    app[handlers.URL] = url_holder
+    app.add_routes(handlers.routes())
+    return app
+
+
+class RouterServer:
+    """One router listening on ``config.host:config.port`` (port 0: any free port)."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.host = config.host
+        self.port = config.port
+        self.router = Router(config)
+        self._url = [""]
+        self._runner: web.AppRunner | None = None
+        self._site: web.SockSite | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> str:
+        """Probe the workers, bind and serve; returns the URL (with the bound port)."""
+        sock = bind(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        self._url[0] = self.url
+        try:
+            await self.router.start()
+            self._runner = web.AppRunner(
+                build_app(self.router, self._url),
+                handler_cancellation=True,
+                access_log=None,
+                shutdown_timeout=1.0,
+            )
+            await self._runner.setup()
+            self._site = web.SockSite(self._runner, sock)
+            await self._site.start()
+        except BaseException:
+            sock.close()
+            await self.router.close()
+            raise
+        return self.url
+
+    async def stop(self, drain_timeout_s: float | None = None) -> bool:
+        """Drain and stop; True when every in-flight request finished in time."""
+        timeout = self.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        self.router.draining = True
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+        drained = await self.router.drain(timeout)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.router.close()
+        return drained
+
+    async def __aenter__(self) -> RouterServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise FairserveError(f"--host {host!r}: cannot resolve: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise FairserveError(
+                f"cannot listen on {host}:{port}: address already in use "
+                "(another router running? choose another --port)"
+            ) from None
+        raise FairserveError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,274 @@
+"""The router's long-lived state: dispatcher, workers, accounting, background jobs, quanta.
+
+One :class:`Router` per server. HTTP handlers (``handlers``) and the proxy (``proxy``) call
+into it; it never touches aiohttp's server side, so it is the part ``launch`` and tests can
+drive directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Collection
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.openai_api import ApiError
+from fairserve.router.accounting import Accounting
+from fairserve.router.config import RouterConfig
+from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS, FairQueue
+from fairserve.router.metrics import RouterMetrics
+from fairserve.router.upstream import HealthProber, Upstream, every, poll_evictions
+from fairserve.sched.dispatch.base import Dispatcher
+from fairserve.sched.dispatch.cache_aware import LRU_LOW_WATERMARK
+from fairserve.sched.local.base import local_policy_class
+from fairserve.sched.registry import load_all, make_dispatcher, make_local_policy
+from fairserve.workloads.trace import TraceWriter
+
+log = logging.getLogger("fairserve.router")
+
+
+def build_dispatcher(config: RouterConfig, workers: Collection[str]) -> Dispatcher:
+    """The dispatcher by name, with ``--worker-quantum`` where it takes one."""
+    load_all()
+    params = dict(config.dispatch_params)
+    if config.worker_quantum is not None:
+        params["worker_quantum"] = config.worker_quantum
+    try:
+        return make_dispatcher(config.dispatch, workers, weights=config.weights, **params)
+    except ConfigError as exc:
+        if config.worker_quantum is not None and "worker_quantum" in str(exc):
+            raise ConfigError(
+                f"--worker-quantum: dispatcher {config.dispatch} has no per-worker quantum"
+            ) from None
+        raise
+
+
+def check_policy(config: RouterConfig) -> None:
+    """Fail at startup for a bad ``--policy``/``--quantum`` (not at the first stock worker)."""
+    load_all()
+    declared = {p.name for p in local_policy_class(config.policy).params}
+    if config.quantum is not None and "quantum" not in declared:
+        raise ConfigError(f"--quantum: policy {config.policy} has no quantum")
+    build_queue_policy(config)
+
+
+def build_queue_policy(config: RouterConfig) -> Any:
+    params = dict(config.policy_params)
+    if config.quantum is not None:
+        params["quantum"] = config.quantum
+    return make_local_policy(config.policy, weights=config.weights, **params)
+
+
+class Router:
+    """Dispatcher, upstream pool, accounting and metrics of one router."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        check_policy(config)
+        self.config = config
+        self.dispatcher = build_dispatcher(config, config.worker_urls)
+        self.accounting = Accounting(config.weights, config.w_e, config.w_q)
+        self.metrics = RouterMetrics()
+        self.upstreams = {url: Upstream(url) for url in config.worker_urls}
+        self.local_quantum: float | None = config.quantum
+        self.session: aiohttp.ClientSession | None = None
+        self.prober: HealthProber | None = None
+        self.draining = False
+        self.active = 0
+        self.started_s = time.monotonic()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._trace_file: IO[str] | None = None
+        self.trace: TraceWriter | None = None
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        cfg = self.config
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s
+            ),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self.prober = HealthProber(
+            self.session, cfg.health_timeout_s, self._worker_up, self._worker_down, cfg.admin_token
+        )
+        if cfg.trace_path is not None:
+            self._trace_file = Path(cfg.trace_path).open("w", encoding="utf-8")  # noqa: SIM115
+            self.trace = TraceWriter(self._trace_file)
+        await self.check_health()
+        self.accounting.sample(time.monotonic())
+        self._tasks = [
+            asyncio.create_task(every(cfg.health_interval_s, self.check_health)),
+            asyncio.create_task(every(cfg.eviction_interval_s, self.poll_evictions)),
+            asyncio.create_task(every(cfg.sample_interval_s, self._sample)),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._side_tasks:
+            await asyncio.wait(self._side_tasks, timeout=1.0)
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+        if self._trace_file is not None:
+            self._trace_file.close()
+            self._trace_file = None
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new requests and wait for in-flight ones (True when all finished)."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def enter(self) -> None:
+        self.active += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.idle.set()
+
+    def spawn(self, coro: Any) -> None:
+        """A fire-and-forget job (upstream aborts) that ``close`` waits for briefly."""
+        task = asyncio.ensure_future(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    # ------------------------------------------------------------------ workers
+    def healthy(self) -> list[str]:
+        return [url for url, up in self.upstreams.items() if up.healthy]
+
+    def models(self) -> list[str]:
+        names: dict[str, None] = {}
+        for up in self.upstreams.values():
+            if up.healthy:
+                names.update(dict.fromkeys(up.models))
+        return list(names)
+
+    def check_model(self, model: str | None) -> None:
+        if model is None:
+            return
+        known = self.models()
+        if known and model not in known:
+            raise ApiError(
+                404,
+                f"model: unknown model {model!r}; available: {', '.join(known)}",
+                code="model_not_found",
+            )
+
+    async def check_health(self) -> None:
+        assert self.prober is not None
+        await asyncio.gather(*(self.prober.probe(up) for up in self.upstreams.values()))
+
+    def eject(self, worker: str, reason: str) -> None:
+        if self.prober is not None:
+            self.prober.mark_down(self.upstreams[worker], reason)
+
+    def _worker_up(self, up: Upstream) -> None:
+        # A worker that comes (back) up has an empty cache as far as we can know.
+        self.dispatcher.on_evict(up.url, b"")
+        mode = self.config.router_queue
+        wants_queue = mode == "on" or (mode == "auto" and not up.extension)
+        if wants_queue and up.queue is None:
+            up.queue = FairQueue(
+                build_queue_policy(self.config),
+                self.config.max_outstanding_per_worker,
+                up.max_total_tokens or DEFAULT_CACHE_TOKENS,
+            )
+            if self.local_quantum is not None:
+                up.queue.policy.set_quantum(self.local_quantum)
+        elif not wants_queue and up.queue is not None and up.queue.outstanding == 0:
+            up.queue = None
+        if up.extension and self.local_quantum is not None and self.prober is not None:
+            self.spawn(self._forward_quantum(up, self.local_quantum))
+
+    def _worker_down(self, up: Upstream) -> None:
+        """Nothing to undo: in-flight requests fail and are retried by their handlers."""
+
+    async def poll_evictions(self) -> None:
+        assert self.session is not None
+        for up in list(self.upstreams.values()):
+            if up.healthy and up.extension:
+                try:
+                    await poll_evictions(
+                        self.session, up, self.dispatcher.on_evict, self.config.health_timeout_s
+                    )
+                except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                    log.debug("eviction poll of %s failed: %s", up.url, exc)
+
+    def bound_tree(self, worker: str) -> None:
+        """Approximate LRU bound of the global tree for a worker without an eviction feed."""
+        up = self.upstreams[worker]
+        if up.extension or not up.max_total_tokens:
+            return
+        prefixes = getattr(self.dispatcher, "prefixes", None)
+        if prefixes is None:
+            return
+        tree = prefixes.tree
+        if tree.owner_tokens(worker) > up.max_total_tokens:
+            tree.evict_owner_lru(worker, int(up.max_total_tokens * LRU_LOW_WATERMARK))
+
+    async def _sample(self) -> None:
+        self.accounting.sample(time.monotonic())
+
+    # ------------------------------------------------------------------ quanta
+    def quantum_view(self) -> dict[str, Any]:
+        queues = [up.queue.policy.quantum for up in self.upstreams.values() if up.queue]
+        return {
+            "dispatch": self.dispatcher.name,
+            "worker_quantum": self.dispatcher.quantum,
+            "policy": self.config.policy,
+            "quantum": self.local_quantum if self.local_quantum is not None else _first(queues),
+        }
+
+    async def set_quanta(
+        self, worker_quantum: float | None, quantum: float | None
+    ) -> dict[str, Any]:
+        """Set Q^w (dispatcher) and/or Q^u (router queues and workers with the extension).
+
+        Returns the new view plus the workers that refused the forwarded Q^u."""
+        if worker_quantum is not None:
+            self.dispatcher.set_quantum(worker_quantum)
+        errors: list[str] = []
+        if quantum is not None:
+            probe = build_queue_policy(self.config)
+            probe.set_quantum(quantum)  # refuses policies without a quantum, bad values
+            self.local_quantum = quantum
+            for up in self.upstreams.values():
+                if up.queue is not None:
+                    up.queue.policy.set_quantum(quantum)
+            targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
+            results = await asyncio.gather(*(self._forward_quantum(up, quantum) for up in targets))
+            errors = [e for e in results if e]
+        return {**self.quantum_view(), "worker_errors": errors}
+
+    async def _forward_quantum(self, up: Upstream, quantum: float) -> str | None:
+        assert self.prober is not None
+        error = await self.prober.put_quantum(up, quantum)
+        if error:
+            log.warning("could not set the quantum of worker %s", error)
+        return error
+
+
+def _first(values: list[float | None]) -> float | None:
+    return values[0] if values else None

@@ -1,0 +1,94 @@
+"""``fairserve router`` as a real process: ready line, /health, SIGTERM, bad arguments."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from fairserve.commands import router as command
+from fairserve.router.config import ROUTER_QUEUE_MODES
+from tests.worker.helpers import write_profile
+from tests.worker.processes import http_json, spawn, stop, wait_http_ok, worker_process
+
+READY = re.compile(r"fairserve router listening on (http://\S+)")
+
+
+def _router(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fairserve", "router", *args]
+
+
+def _ready_url(proc: subprocess.Popen[str]) -> tuple[str, list[str]]:
+    assert proc.stderr is not None
+    lines = []
+    for _ in range(20):
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = READY.search(line)
+        if match:
+            return match.group(1), lines
+    raise AssertionError(f"router not ready: {''.join(lines)}")
+
+
+def test_router_serves_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    profile = str(write_profile(tmp_path))
+    with worker_process("--speed", "100", "--profile", profile) as (_, worker_url):
+        proc = spawn(_router("--worker-url", worker_url, "--port", "0"))
+        try:
+            url, _ = _ready_url(proc)
+            wait_http_ok(url + "/health")
+            status, answer = http_json(
+                url + "/v1/completions", {"prompt": "hello", "max_tokens": 3}
+            )
+            assert status == 200 and answer["usage"]["completion_tokens"] == 3
+            assert stop(proc, signal.SIGTERM) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+def test_unreachable_worker_is_a_warning_not_a_crash() -> None:
+    proc = spawn(_router("--worker-url", "http://127.0.0.1:9", "--port", "0"))
+    try:
+        url, lines = _ready_url(proc)
+        assert any("unreachable" in line and "127.0.0.1:9" in line for line in lines)
+        status, answer = http_json(url + "/health")
+        assert status == 503 and answer["healthy_workers"] == 0
+        assert stop(proc, signal.SIGTERM) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_router(*args), capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_bad_arguments_exit_2_with_a_clear_message(tmp_path: Path) -> None:
+    missing = _run()
+    assert missing.returncode == 2 and "--worker-url" in missing.stderr
+    bad_url = _run("--worker-url", "localhost:8000")
+    assert bad_url.returncode == 2 and "expected http://HOST:PORT" in bad_url.stderr
+    bad_dispatch = _run("--worker-url", "http://127.0.0.1:9", "--dispatch", "nope")
+    assert bad_dispatch.returncode == 2 and "round-robin" in bad_dispatch.stderr
+    clients = tmp_path / "clients.toml"
+    clients.write_text('[[clients]]\nname = "a"\napi_key = "k"\nweight = -1\n')
+    bad_file = _run("--worker-url", "http://127.0.0.1:9", "--clients", str(clients))
+    assert bad_file.returncode == 2
+    assert "clients.toml: clients[0].weight: expected a positive number" in bad_file.stderr
+    no_quantum = _run("--worker-url", "http://127.0.0.1:9", "--policy", "fcfs", "--quantum", "5")
+    assert no_quantum.returncode == 2 and "policy fcfs has no quantum" in no_quantum.stderr
+
+
+def test_command_constants_match_the_package() -> None:
+    assert command.ROUTER_QUEUE_MODES == ROUTER_QUEUE_MODES
