@@ -61,9 +61,13 @@ class FairQueue:
         now = self._clock()
         self.policy.on_arrival(req, now)
         self._waiting.append(req)
+        # The policy decides at once; when it releases ``req`` (the common case, a slot is
+        # free) no future and no extra loop turn are needed.
+        self._pump(now)
+        if id(req) in self._admitted:
+            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._futures[id(req)] = future
-        self._pump(now)
         try:
             await future
         except asyncio.CancelledError:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from fairserve.sim.engine import EngineConfig, EngineStats
 
 
-class _Batch:
+class Batch:
     """The step being formed: prefill chunks, decodes and what admission refused."""
 
     def __init__(self, budget_tokens: int) -> None:
@@ -43,29 +43,29 @@ class BatchFormation:
     stats: EngineStats
     _output_keys: dict[int, bytes]
 
-    def _form_batch(self, now_s: float) -> _Batch:
+    def _form_batch(self, now_s: float) -> Batch:
         kind = self.config.batching
         budget = self.config.max_batch_tokens
         decoding = [s for s in self.running if s.prefill_left <= 0]
         if kind == "fastertransformer":
-            batch = _Batch(budget)
+            batch = Batch(budget)
             if self.running:
                 batch.decodes = decoding
             else:
                 self._admit(batch, now_s, chunked=False)
             return batch
         if kind == "vllm-v0":
-            batch = _Batch(budget)
+            batch = Batch(budget)
             self._admit(batch, now_s, chunked=False)
             if not batch.chunks:
                 batch.decodes = decoding
             return batch
         if kind == "orca":
-            batch = _Batch(budget)
+            batch = Batch(budget)
             self._admit(batch, now_s, chunked=False)
             batch.decodes = decoding
             return batch
-        batch = _Batch(max(0, budget - len(decoding)))
+        batch = Batch(max(0, budget - len(decoding)))
         batch.decodes = decoding
         for slot in self.running:
             if slot.prefill_left > 0 and batch.budget_tokens > 0:
@@ -75,7 +75,7 @@ class BatchFormation:
         self._admit(batch, now_s, chunked=True)
         return batch
 
-    def _admit(self, batch: _Batch, now_s: float, chunked: bool) -> None:
+    def _admit(self, batch: Batch, now_s: float, chunked: bool) -> None:
         if not self.waiting or not self._may_fit_any():
             return
         cap = self.config.max_running_requests
@@ -122,7 +122,7 @@ class BatchFormation:
         headroom = self.pool.admission_headroom()
         return any(1 + self.pool.reservation(r) <= headroom for r in self.waiting)
 
-    def _start(self, slot: Slot, batch: _Batch, now_s: float, chunked: bool) -> None:
+    def _start(self, slot: Slot, batch: Batch, now_s: float, chunked: bool) -> None:
         req = slot.req
         self.running.append(slot)
         if req.admit_s is None:

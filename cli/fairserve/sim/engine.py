@@ -30,7 +30,7 @@ from fairserve.core.cost import BatchTimeModel
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy
-from fairserve.sim.batching import BatchFormation, _Batch
+from fairserve.sim.batching import Batch, BatchFormation
 from fairserve.sim.kvpool import KVPool, Slot
 
 BATCHING_DISCIPLINES = ("sarathi", "orca", "vllm-v0", "fastertransformer")
@@ -239,7 +239,7 @@ class Engine(BatchFormation):
         if self._span is not None:
             self.finish_span()
 
-    def _execute(self, batch: _Batch, now_s: float) -> StepResult:
+    def _execute(self, batch: Batch, now_s: float) -> StepResult:
         result = StepResult(now_s, now_s)
         completing = [s for s, chunk in batch.chunks if chunk >= s.prefill_left]
         growing = batch.decodes + completing
@@ -308,7 +308,7 @@ class Engine(BatchFormation):
                 still.append(slot)
         self.running = still
 
-    def _retract_one(self, batch: _Batch, now_s: float) -> Slot:
+    def _retract_one(self, batch: Batch, now_s: float) -> Slot:
         """Memory ran out mid-decode: send the newest running request back to waiting."""
         if len(self.running) <= 1:
             raise ConfigError(
@@ -325,7 +325,7 @@ class Engine(BatchFormation):
         return victim
 
     # ---------------------------------------------------------------- fused decode
-    def _admission_blocked(self, batch: _Batch, result: StepResult) -> bool:
+    def _admission_blocked(self, batch: Batch, result: StepResult) -> bool:
         """True when the next steps are pure decode with nothing admissible before a finish.
 
         Refusals were decided at the start of the step; a finish or retraction during it
