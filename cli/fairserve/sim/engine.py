@@ -112,6 +112,8 @@ class _Span:
     start_s: float
     ends_s: list[float]
     """End time of each planned step, increasing."""
+    started: int = 0
+    """Planned steps already under way when planned (a cut keeps at least these)."""
 
 
 class Engine(BatchFormation):
@@ -202,6 +204,14 @@ class Engine(BatchFormation):
         batch = self._form_batch(now_s)
         if not batch.chunks and not batch.decodes:
             return None
+        if horizon_s is not None and self._decode_only_blocked(batch):
+            ends_s = self._plan_span(now_s, horizon_s)
+            if ends_s:  # this step and the identical ones after it, planned as one span
+                result = StepResult(now_s, ends_s[-1], steps=0)
+                self._span = _Span(result, now_s, ends_s, started=1)
+                if not defer:
+                    self.finish_span()
+                return result
         result = self._execute(batch, now_s)
         self.pool.decay_ratio(1)
         self.stats.steps += 1
@@ -227,7 +237,7 @@ class Engine(BatchFormation):
         if span is None:
             raise ConfigError("no planned decode span to cut")
         steps = 0 if now_s <= span.start_s else bisect_left(span.ends_s, now_s) + 1
-        return self._commit(span, min(steps, len(span.ends_s)))
+        return self._commit(span, min(max(steps, span.started), len(span.ends_s)))
 
     def finish_span(self) -> StepResult | None:
         """Apply all planned steps (the host reached their end); None if none were planned."""
@@ -337,6 +347,18 @@ class Engine(BatchFormation):
         if self.config.batching == "fastertransformer":
             return True
         if not self._may_fit_any():
+            return True
+        return all(id(r) in batch.refused for r in self.waiting)
+
+    def _decode_only_blocked(self, batch: Batch) -> bool:
+        """Before executing: this step is pure decode of every running request, nothing is
+        admissible and memory cannot run out, so it starts a span of identical steps (the
+        same conditions :meth:`_admission_blocked` checks after a step)."""
+        if batch.chunks or len(batch.decodes) != len(self.running):
+            return False
+        if not self.pool.ratio_settled or self.pool.growable_tokens() < len(self.running):
+            return False
+        if self.config.batching == "fastertransformer" or not self._may_fit_any():
             return True
         return all(id(r) in batch.refused for r in self.waiting)
 
