@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
@@ -68,6 +68,8 @@ class WeightedTokenCost:
     w_e: float = 1.0
     w_q: float = 2.0
     name: str = "tokens"
+    per_request_decode: ClassVar[bool] = False
+    """Every output token costs ``w_q`` whatever the request: charge groups at once."""
 
     def __post_init__(self) -> None:
         _non_negative("w_e", self.w_e)

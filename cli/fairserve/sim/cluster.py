@@ -86,6 +86,8 @@ class ClusterSim:
             Engine(self._make_policy(weights), config.time_model, config.engine)
             for _ in self.worker_ids
         ]
+        for engine in self.engines:
+            engine.track_decoded = False
         interval = config.sample_interval_s or max(0.05, self.end_s / 2000)
         self.recorder = Recorder(
             [c.name for c in workload.clients], weights, interval, config.w_e, config.w_q

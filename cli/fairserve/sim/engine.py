@@ -129,6 +129,9 @@ class Engine(BatchFormation):
         self.stats = EngineStats()
         self._output_keys: dict[int, bytes] = {}
         self._span: _Span | None = None
+        self.track_decoded = True
+        """Fill ``StepResult.decoded`` per request (streaming hosts need it; the cluster
+        simulation only needs the per-client sums and turns it off)."""
 
     # ---------------------------------------------------------------- requests
     def submit(self, req: Request, now_s: float, output_key: bytes = b"") -> None:
@@ -280,9 +283,7 @@ class Engine(BatchFormation):
         run for every running request at every event); the policy is then charged once and
         the finish scan runs only when some request reached its length."""
         end_s = result.end_s
-        decoded = result.decoded
-        by_client = result.decoded_by_client
-        reqs: list[Request] = []
+        groups: dict[str, list[Request]] = {}
         finishing = False
         for slot in slots:
             req = slot.req
@@ -290,16 +291,22 @@ class Engine(BatchFormation):
             req.output_tokens = out
             if req.first_token_s is None:
                 req.first_token_s = end_s
-            decoded.append((req, tokens))
-            reqs.append(req)
-            client = req.client
-            by_client[client] = by_client.get(client, 0) + tokens
+            group = groups.get(req.client)
+            if group is None:
+                groups[req.client] = [req]
+            else:
+                group.append(req)
             if out >= slot.target_tokens:
                 finishing = True
+        if self.track_decoded:
+            result.decoded.extend((s.req, tokens) for s in slots)
+        by_client = result.decoded_by_client
+        for client, group in groups.items():
+            by_client[client] = by_client.get(client, 0) + tokens * len(group)
         self.stats.decode_tokens += tokens * len(slots)
         result.decode_tokens += tokens * len(slots)
-        if reqs:
-            self.policy.on_decode_steps(reqs, tokens, end_s)
+        if groups:
+            self.policy.on_decode_groups(groups, tokens, end_s)
         if finishing:
             self._finish_done(end_s, result)
 

@@ -136,16 +136,32 @@ class LocalPolicy(ABC):
 
     def on_decode_steps(self, running: Sequence[Request], steps: int, now_s: float) -> None:
         """``steps`` decode steps at once (each request in ``running`` decoded ``steps``
-        tokens, already counted in ``output_tokens``): the simulator's fused decode.
+        tokens, already counted in ``output_tokens``): the simulator's fused decode."""
+        groups: dict[str, list[Request]] = {}
+        for req in running:
+            groups.setdefault(req.client, []).append(req)
+        self.on_decode_groups(groups, steps, now_s)
+
+    def on_decode_groups(
+        self, groups: Mapping[str, Sequence[Request]], steps: int, now_s: float
+    ) -> None:
+        """:meth:`on_decode_steps` with the requests already grouped by client (the
+        simulator groups them in its one pass over the batch).
 
         Charged once per client: every request decoded at the same instant, so the order of
-        the charges cannot matter, and a batch holds thousands of requests of a few clients."""
-        span_cost = self.cost.decode_span_cost
-        totals: dict[str, float] = {}
-        for req in running:
-            client = req.client
-            totals[client] = totals.get(client, 0.0) + span_cost(req, steps)
-        for client, amount in totals.items():
+        the charges cannot matter, and a batch holds thousands of requests of a few clients.
+        A cost that is the same for every request (``per_request_decode`` false) is computed
+        once per client instead of once per request."""
+        cost = self.cost
+        span_cost = cost.decode_span_cost
+        uniform = not getattr(cost, "per_request_decode", True)
+        for client, reqs in groups.items():
+            if uniform:
+                amount = span_cost(reqs[0], steps) * len(reqs)
+            else:
+                amount = 0.0
+                for req in reqs:
+                    amount += span_cost(req, steps)
             self._charge(client, amount)
 
     def on_finish(self, req: Request, now_s: float) -> None:
