@@ -112,9 +112,14 @@ def wait_ok(url: str, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not answer 200 within {timeout_s} s")
 
 
+CLI_DIR = Path(__file__).resolve().parents[2] / "cli"
+
+
 @contextlib.contextmanager
-def process(argv: list[str], health_url: str) -> Iterator[subprocess.Popen[bytes]]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "cli")}
+def process(
+    argv: list[str], health_url: str, cli_dir: Path = CLI_DIR
+) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(cli_dir)}
     proc = subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env=env,
@@ -195,12 +200,37 @@ def measure(urls: list[str], args: argparse.Namespace) -> dict[str, Any]:
     return asyncio.run(load(urls, args.concurrency, args.duration, args.warmup))
 
 
+def measure_fairserve(upstreams: list[str], args: argparse.Namespace, cli: Path) -> dict[str, Any]:
+    port = free_port()
+    fair = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "fairserve", "router", "--port", str(port),
+            "--dispatch", args.dispatch, "--router-queue", args.router_queue]  # fmt: skip
+    for url in upstreams:
+        argv += ["--worker-url", url]
+    with process(argv, fair + "/health", cli.resolve()):
+        return measure([fair], args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration", type=float, default=5.0, help="Measured seconds per case.")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--dispatch", default="doubleq", help="fairserve router --dispatch.")
+    parser.add_argument(
+        "--router-queue",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="fairserve router --router-queue (the bench upstreams have no fairserve "
+        "extension, so auto means on; off shows the router without its fair queue).",
+    )
+    parser.add_argument(
+        "--compare-cli",
+        type=Path,
+        metavar="DIR",
+        help="Also run fairserve from another source tree (e.g. the previous commit's cli/) "
+        "as case fairserve-base, in the same run.",
+    )
     parser.add_argument("--skip-sglang", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
@@ -216,14 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         for port, url in zip(ports, upstreams, strict=True):
             stack.enter_context(process([*me, "--serve-upstream", str(port)], url + "/health"))
         results["direct"] = measure(upstreams, args)
-        port = free_port()
-        fair = f"http://127.0.0.1:{port}"
-        argv_fair = [sys.executable, "-m", "fairserve", "router", "--port", str(port),
-                     "--dispatch", args.dispatch]  # fmt: skip
-        for url in upstreams:
-            argv_fair += ["--worker-url", url]
-        with process(argv_fair, fair + "/health"):
-            results["fairserve"] = measure([fair], args)
+        if args.compare_cli is not None:
+            results["fairserve-base"] = measure_fairserve(upstreams, args, args.compare_cli)
+        results["fairserve"] = measure_fairserve(upstreams, args, CLI_DIR)
         if not args.skip_sglang:
             port, metrics_port = free_port(), free_port()
             sgl = f"http://127.0.0.1:{port}"
@@ -247,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 def _with_ratios(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     direct = results["direct"]
     ratios: dict[str, Any] = {}
-    for name in ("fairserve", "sglang-router"):
+    for name in ("fairserve-base", "fairserve", "sglang-router"):
         if name in results and direct["requests_per_s"]:
             r = results[name]
             ratios[f"{name}/direct rps"] = r["requests_per_s"] / direct["requests_per_s"]
@@ -256,8 +281,13 @@ def _with_ratios(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
         ratios["fairserve/sglang-router rps"] = (
             results["fairserve"]["requests_per_s"] / results["sglang-router"]["requests_per_s"]
         )
+    if "fairserve-base" in results and results["fairserve-base"]["requests_per_s"]:
+        ratios["fairserve/fairserve-base rps"] = (
+            results["fairserve"]["requests_per_s"] / results["fairserve-base"]["requests_per_s"]
+        )
     return {
         "concurrency": args.concurrency,
+        "router_queue": args.router_queue,
         "duration_s": args.duration,
         "cpus": os.cpu_count(),
         "cases": results,
@@ -267,7 +297,7 @@ def _with_ratios(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
 
 def _print(report: dict[str, Any]) -> None:
     print(f"concurrency {report['concurrency']}, {report['duration_s']} s per case, "
-          f"{report['cpus']} CPUs")  # fmt: skip
+          f"{report['cpus']} CPUs, fairserve --router-queue {report['router_queue']}")  # fmt: skip
     print(f"{'case':15} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
     for name, r in report["cases"].items():
         print(f"{name:15} {r['requests_per_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "

@@ -86,12 +86,13 @@ def _generation(route: Route) -> Callable[[web.Request], Any]:
         router = request.app[ROUTER]
         if router.draining:
             raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
-        body = parse_json(await request.read())
+        raw = await request.read()
+        body = parse_json(raw)
         client = identify(request.headers, body, router.config.clients)
         app = application(request.headers)
         spec = parse(body, request.headers)
         router.check_model(spec.model)
-        call = _new_call(router, route, spec, body, client, app)
+        call = _new_call(router, route, spec, body, client, app, raw)
         return await proxy.forward(router, call, request)
 
     return handle
@@ -104,6 +105,7 @@ def _new_call(
     body: dict[str, Any],
     client: str,
     app: str | None,
+    raw: bytes,
 ) -> proxy.Call:
     acc = router.accounting
     stats = acc.client(client)
@@ -127,27 +129,43 @@ def _new_call(
         arrival_s=now,
         app=app,
     )
-    upstream = dict(body)
-    upstream["routing_key"] = client
-    upstream["rid"] = rid
     want_usage = spec.include_usage
-    if spec.stream and route != "generate":
-        options = dict(body.get("stream_options") or {})
-        options["include_usage"] = True
-        upstream["stream_options"] = options
     estimate = acc.estimate(req.input_tokens, req.max_output_tokens)
     acc.arrived(client, estimate, now)
     return proxy.Call(
         route=route,
         client=client,
         req=req,
-        payload=json.dumps(upstream).encode(),
+        payload=upstream_payload(raw, body, route, spec.stream, client, rid),
         stream=spec.stream,
         want_usage=want_usage,
         estimate=estimate,
         start_s=now,
         app=app,
     )
+
+
+def upstream_payload(
+    raw: bytes, body: dict[str, Any], route: Route, stream: bool, client: str, rid: str
+) -> bytes:
+    """The body sent upstream: the client's, plus ``routing_key`` and ``rid`` (and
+    ``stream_options.include_usage`` for OpenAI streams).
+
+    When only the two keys are new, they are spliced into the original bytes before the
+    closing brace: no second ``json.dumps`` of the whole body on the hot path."""
+    simple = not (stream and route != "generate") and "routing_key" not in body
+    text = raw.strip()
+    if simple and "rid" not in body and body and text[:1] == b"{" and text[-1:] == b"}":
+        extra = f',"routing_key":{json.dumps(client)},"rid":{json.dumps(rid)}}}'
+        return text[:-1] + extra.encode()
+    upstream = dict(body)
+    upstream["routing_key"] = client
+    upstream["rid"] = rid
+    if stream and route != "generate":
+        options = dict(body.get("stream_options") or {})
+        options["include_usage"] = True
+        upstream["stream_options"] = options
+    return json.dumps(upstream).encode()
 
 
 chat_completions = _generation("chat")

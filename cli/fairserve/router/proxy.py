@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from fairserve.core.errors import RequestRejected
 from fairserve.core.openai_api import APP_HEADER, CLIENT_HEADER, ApiError, Route, error_body
@@ -152,7 +153,7 @@ async def _send(router: Router, worker: str, call: Call) -> aiohttp.ClientRespon
         headers[APP_HEADER] = call.app
     try:
         resp = await router.session.post(
-            worker + PATHS[call.route], data=call.payload, headers=headers
+            _url(worker, call.route), data=call.payload, headers=headers
         )
     except (aiohttp.ClientConnectionError, OSError) as exc:
         raise UpstreamFailed(_text(exc), unreachable=True) from None
@@ -163,6 +164,17 @@ async def _send(router: Router, worker: str, call: Call) -> aiohttp.ClientRespon
         resp.release()
         raise UpstreamFailed(f"answered {resp.status}: {text}")
     return resp
+
+
+_URLS: dict[tuple[str, Route], URL] = {}
+
+
+def _url(worker: str, route: Route) -> URL:
+    """The parsed upstream URL, built once per worker and route (not per request)."""
+    url = _URLS.get((worker, route))
+    if url is None:
+        url = _URLS[(worker, route)] = URL(worker + PATHS[route])
+    return url
 
 
 async def _relay(

@@ -168,6 +168,9 @@ class Router:
     def check_model(self, model: str | None) -> None:
         if model is None:
             return
+        for up in self.upstreams.values():  # the hot path: no list built per request
+            if up.healthy and model in up.models:
+                return
         known = self.models()
         if known and model not in known:
             raise ApiError(
