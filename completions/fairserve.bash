@@ -9,11 +9,30 @@ _fairserve() {
         word="${COMP_WORDS[i]}"
         if (( skip )); then skip=0; continue; fi
         case "$node $word" in
-            "fairserve simulate"|"fairserve worker"|"fairserve router"|"fairserve bench"|"fairserve policies") node="$node $word" ;;
-            "fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot") skip=1 ;;
+            "fairserve launch"|"fairserve status"|"fairserve stop"|"fairserve simulate"|"fairserve worker"|"fairserve router"|"fairserve bench"|"fairserve policies") node="$node $word" ;;
+            "fairserve launch --engine"|"fairserve launch --workers"|"fairserve launch --gpus"|"fairserve launch --model"|"fairserve launch --policy"|"fairserve launch --dispatch"|"fairserve launch --quantum"|"fairserve launch --worker-quantum"|"fairserve launch --profile"|"fairserve launch --clients"|"fairserve launch --host"|"fairserve launch --port"|"fairserve launch --worker-url"|"fairserve launch --record"|"fairserve launch --speed"|"fairserve launch --ready-timeout"|"fairserve status --url"|"fairserve status --token"|"fairserve stop --timeout"|"fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot") skip=1 ;;
         esac
     done
     case "$node $prev" in
+        "fairserve launch --engine") COMPREPLY=( $(compgen -W "sim sglang" -- "$cur") ); return 0 ;;
+        "fairserve launch --workers") COMPREPLY=(); return 0 ;;
+        "fairserve launch --gpus") COMPREPLY=(); return 0 ;;
+        "fairserve launch --model") COMPREPLY=(); return 0 ;;
+        "fairserve launch --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve launch --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve launch --quantum") COMPREPLY=(); return 0 ;;
+        "fairserve launch --worker-quantum") COMPREPLY=(); return 0 ;;
+        "fairserve launch --profile") COMPREPLY=(); return 0 ;;
+        "fairserve launch --clients") COMPREPLY=(); return 0 ;;
+        "fairserve launch --host") COMPREPLY=(); return 0 ;;
+        "fairserve launch --port") COMPREPLY=(); return 0 ;;
+        "fairserve launch --worker-url") COMPREPLY=(); return 0 ;;
+        "fairserve launch --record") COMPREPLY=(); return 0 ;;
+        "fairserve launch --speed") COMPREPLY=(); return 0 ;;
+        "fairserve launch --ready-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve status --url") COMPREPLY=(); return 0 ;;
+        "fairserve status --token") COMPREPLY=(); return 0 ;;
+        "fairserve stop --timeout") COMPREPLY=(); return 0 ;;
         "fairserve simulate -w") COMPREPLY=(); return 0 ;;
         "fairserve simulate --workload") COMPREPLY=(); return 0 ;;
         "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
@@ -66,6 +85,9 @@ _fairserve() {
     if [[ "$cur" == -* ]]; then
         case "$node" in
             "fairserve") COMPREPLY=( $(compgen -W "--version --debug -h --help" -- "$cur") ) ;;
+            "fairserve launch") COMPREPLY=( $(compgen -W "--engine --workers --gpus --model --policy --dispatch --quantum --worker-quantum --profile --clients --host --port --worker-url --detach --record --speed --ready-timeout --json -h --help" -- "$cur") ) ;;
+            "fairserve status") COMPREPLY=( $(compgen -W "--json --url --token -h --help" -- "$cur") ) ;;
+            "fairserve stop") COMPREPLY=( $(compgen -W "--timeout --json -h --help" -- "$cur") ) ;;
             "fairserve simulate") COMPREPLY=( $(compgen -W "-w --workload --policy --dispatch --workers --quantum --worker-quantum --profile --batching --duration --seed --json --plot --compare --drain --list-workloads -h --help" -- "$cur") ) ;;
             "fairserve worker") COMPREPLY=( $(compgen -W "--port --host --policy --quantum --param --profile --batching --speed --model-name --admin-token -h --help" -- "$cur") ) ;;
             "fairserve router") COMPREPLY=( $(compgen -W "--worker-url --host --port --dispatch --policy --quantum --worker-quantum --clients --admin-token --queue-cap --max-body-bytes --router-queue --trace --drain-timeout -h --help" -- "$cur") ) ;;
@@ -75,7 +97,10 @@ _fairserve() {
         return 0
     fi
     case "$node" in
-        "fairserve") COMPREPLY=( $(compgen -W "simulate worker router bench policies" -- "$cur") ) ;;
+        "fairserve") COMPREPLY=( $(compgen -W "launch status stop simulate worker router bench policies" -- "$cur") ) ;;
+        "fairserve launch") COMPREPLY=() ;;
+        "fairserve status") COMPREPLY=() ;;
+        "fairserve stop") COMPREPLY=() ;;
         "fairserve simulate") COMPREPLY=() ;;
         "fairserve worker") COMPREPLY=() ;;
         "fairserve router") COMPREPLY=() ;;

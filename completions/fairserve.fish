@@ -11,9 +11,9 @@ function __fairserve_node --description 'The fairserve (sub)command being comple
             continue
         end
         switch "$node $word"
-            case 'fairserve simulate' 'fairserve worker' 'fairserve router' 'fairserve bench' 'fairserve policies'
+            case 'fairserve launch' 'fairserve status' 'fairserve stop' 'fairserve simulate' 'fairserve worker' 'fairserve router' 'fairserve bench' 'fairserve policies'
                 set node "$node $word"
-            case 'fairserve simulate -w' 'fairserve simulate --workload' 'fairserve simulate --policy' 'fairserve simulate --dispatch' 'fairserve simulate --workers' 'fairserve simulate --quantum' 'fairserve simulate --worker-quantum' 'fairserve simulate --profile' 'fairserve simulate --batching' 'fairserve simulate --duration' 'fairserve simulate --seed' 'fairserve simulate --plot' 'fairserve simulate --compare' 'fairserve worker --port' 'fairserve worker --host' 'fairserve worker --policy' 'fairserve worker --quantum' 'fairserve worker --param' 'fairserve worker --profile' 'fairserve worker --batching' 'fairserve worker --speed' 'fairserve worker --model-name' 'fairserve worker --admin-token' 'fairserve router --worker-url' 'fairserve router --host' 'fairserve router --port' 'fairserve router --dispatch' 'fairserve router --policy' 'fairserve router --quantum' 'fairserve router --worker-quantum' 'fairserve router --clients' 'fairserve router --admin-token' 'fairserve router --queue-cap' 'fairserve router --max-body-bytes' 'fairserve router --router-queue' 'fairserve router --trace' 'fairserve router --drain-timeout' 'fairserve bench --url' 'fairserve bench -w' 'fairserve bench --workload' 'fairserve bench --duration' 'fairserve bench --seed' 'fairserve bench --api' 'fairserve bench --timeout' 'fairserve bench --max-in-flight' 'fairserve bench --token' 'fairserve bench --model' 'fairserve bench --plot'
+            case 'fairserve launch --engine' 'fairserve launch --workers' 'fairserve launch --gpus' 'fairserve launch --model' 'fairserve launch --policy' 'fairserve launch --dispatch' 'fairserve launch --quantum' 'fairserve launch --worker-quantum' 'fairserve launch --profile' 'fairserve launch --clients' 'fairserve launch --host' 'fairserve launch --port' 'fairserve launch --worker-url' 'fairserve launch --record' 'fairserve launch --speed' 'fairserve launch --ready-timeout' 'fairserve status --url' 'fairserve status --token' 'fairserve stop --timeout' 'fairserve simulate -w' 'fairserve simulate --workload' 'fairserve simulate --policy' 'fairserve simulate --dispatch' 'fairserve simulate --workers' 'fairserve simulate --quantum' 'fairserve simulate --worker-quantum' 'fairserve simulate --profile' 'fairserve simulate --batching' 'fairserve simulate --duration' 'fairserve simulate --seed' 'fairserve simulate --plot' 'fairserve simulate --compare' 'fairserve worker --port' 'fairserve worker --host' 'fairserve worker --policy' 'fairserve worker --quantum' 'fairserve worker --param' 'fairserve worker --profile' 'fairserve worker --batching' 'fairserve worker --speed' 'fairserve worker --model-name' 'fairserve worker --admin-token' 'fairserve router --worker-url' 'fairserve router --host' 'fairserve router --port' 'fairserve router --dispatch' 'fairserve router --policy' 'fairserve router --quantum' 'fairserve router --worker-quantum' 'fairserve router --clients' 'fairserve router --admin-token' 'fairserve router --queue-cap' 'fairserve router --max-body-bytes' 'fairserve router --router-queue' 'fairserve router --trace' 'fairserve router --drain-timeout' 'fairserve bench --url' 'fairserve bench -w' 'fairserve bench --workload' 'fairserve bench --duration' 'fairserve bench --seed' 'fairserve bench --api' 'fairserve bench --timeout' 'fairserve bench --max-in-flight' 'fairserve bench --token' 'fairserve bench --model' 'fairserve bench --plot'
                 set skip 1
         end
     end
@@ -25,6 +25,9 @@ function __fairserve_at --description 'True when completing the (sub)command nam
 end
 
 complete -c fairserve -f
+complete -c fairserve -n '__fairserve_at fairserve' -a 'launch' -d 'Start workers and the fair router (foreground; --detach to background).'
+complete -c fairserve -n '__fairserve_at fairserve' -a 'status' -d 'Show what is running: router URL, policy, dispatch, quanta and every worker.'
+complete -c fairserve -n '__fairserve_at fairserve' -a 'stop' -d 'Stop the service started by fairserve launch (graceful, then kill after --timeout).'
 complete -c fairserve -n '__fairserve_at fairserve' -a 'simulate' -d 'Run a workload through simulated workers with a chosen policy and dispatcher.'
 complete -c fairserve -n '__fairserve_at fairserve' -a 'worker' -d 'Run a simulated GPU worker behind an SGLang-compatible HTTP API.'
 complete -c fairserve -n '__fairserve_at fairserve' -a 'router' -d 'Run the fair router in front of workers started elsewhere.'
@@ -33,6 +36,32 @@ complete -c fairserve -n '__fairserve_at fairserve' -a 'policies' -d 'List local
 complete -c fairserve -n '__fairserve_at fairserve' -l version -d 'Print the version and exit.'
 complete -c fairserve -n '__fairserve_at fairserve' -l debug -d 'Show a traceback on failure.'
 complete -c fairserve -n '__fairserve_at fairserve' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l engine -x -a 'sim sglang' -d 'sim or sglang (default: sglang when GPUs and SGLang are found, else sim).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l workers -x -d 'Local workers to start.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l gpus -x -d 'GPU ids for SGLang workers, e.g. 0,1.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l model -x -d 'Model to serve (required by sglang; sim: name shown).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l policy -x -a 'fcfs lpm vtc lcf dlpm rpm justitia' -d 'Local scheduling policy of the workers.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l dispatch -x -a 'round-robin least-load cache-aware client-rr doubleq' -d 'Dispatcher placing requests on workers.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l quantum -x -d 'Local quantum Q^u (workers\' policy).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l worker-quantum -x -d 'Dispatcher quantum Q^w (doubleq; inf ok).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l profile -x -d 'Sim workers\' batch-time profile: a name or a TOML file.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l clients -x -d 'Clients file (TOML: API keys, weights).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l host -x -d 'Address the router binds.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l port -x -d 'Router port (0: any free port).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l worker-url -x -d 'Front a worker started elsewhere (repeatable; no local workers then).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l detach -d 'Run in the background; print the router URL.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l record -x -d 'Record a request trace (JSON lines).'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l speed -x -d 'Sim workers: simulated seconds per wall second.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l ready-timeout -x -d 'Seconds each worker has to become healthy.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -l json -d 'With --detach: print the run info as JSON.'
+complete -c fairserve -n '__fairserve_at fairserve launch' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve status' -l json -d 'Print one JSON object.'
+complete -c fairserve -n '__fairserve_at fairserve status' -l url -x -d 'A router to ask instead of the one in the run file.'
+complete -c fairserve -n '__fairserve_at fairserve status' -l token -x -d 'The router\'s admin token.'
+complete -c fairserve -n '__fairserve_at fairserve status' -s h -l help -d 'Show this message and exit.'
+complete -c fairserve -n '__fairserve_at fairserve stop' -l timeout -x -d 'Seconds to stop gracefully before killing.'
+complete -c fairserve -n '__fairserve_at fairserve stop' -l json -d 'Print the stopped pids as JSON.'
+complete -c fairserve -n '__fairserve_at fairserve stop' -s h -l help -d 'Show this message and exit.'
 complete -c fairserve -n '__fairserve_at fairserve simulate' -s w -l workload -x -d 'Built-in workload name (see --list-workloads) or a workload TOML file.'
 complete -c fairserve -n '__fairserve_at fairserve simulate' -l policy -x -a 'fcfs lpm vtc lcf dlpm rpm justitia' -d 'Local policy on each worker (see fairserve policies).'
 complete -c fairserve -n '__fairserve_at fairserve simulate' -l dispatch -x -a 'round-robin least-load cache-aware client-rr doubleq' -d 'Dispatcher placing requests on workers (see fairserve policies).'

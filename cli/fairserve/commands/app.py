@@ -20,12 +20,15 @@ from typing import Annotated, NoReturn
 import typer
 
 import fairserve
-from fairserve.commands import bench, policies, router, simulate, worker
+from fairserve.commands import bench, launch, policies, router, simulate, status, stop, worker
 from fairserve.commands.errors import ExitCode, report
 
 PROG_NAME = "fairserve"
 
 COMMANDS: dict[str, Callable[..., None]] = {
+    "launch": launch.launch,
+    "status": status.status,
+    "stop": stop.stop,
     "simulate": simulate.simulate,
     "worker": worker.worker,
     "router": router.router,

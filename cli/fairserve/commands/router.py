@@ -13,42 +13,17 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from fairserve.commands.options import registry_option
 
 if TYPE_CHECKING:
     from fairserve.router.config import RouterConfig
 
 ROUTER_QUEUE_MODES = ("auto", "on", "off")
 """``fairserve.router.config.ROUTER_QUEUE_MODES`` (kept equal by a test)."""
-
-
-def _registry_option(kind: str, help_text: str) -> Any:
-    """An option whose valid names come from the scheduling registry, read on first use
-    (see ``commands.simulate``: completion through ``autocompletion``, validation here)."""
-
-    def complete() -> list[str]:
-        return list(_names(kind))
-
-    def check(value: str) -> str:
-        names = _names(kind)
-        if value not in names:
-            raise typer.BadParameter(
-                f"unknown {kind} {value!r}; expected one of: {', '.join(names)}"
-            )
-        return value
-
-    return typer.Option(
-        metavar=kind.upper(), help=help_text, autocompletion=complete, callback=check
-    )
-
-
-def _names(kind: str) -> Sequence[str]:
-    from fairserve.sched import registry
-
-    return registry.local_policies() if kind == "policy" else registry.dispatchers()
 
 
 def _check_mode(value: str) -> str:
@@ -75,11 +50,11 @@ def router(
         typer.Option("--port", min=0, max=65535, help="TCP port to listen on (0: any free port)."),
     ] = 8000,
     dispatch: Annotated[
-        str, _registry_option("dispatcher", "Dispatcher placing requests on workers.")
+        str, registry_option("dispatcher", "Dispatcher placing requests on workers.")
     ] = "doubleq",
     policy: Annotated[
         str,
-        _registry_option("policy", "Local policy of the router-side fair queue (stock workers)."),
+        registry_option("policy", "Local policy of the router-side fair queue (stock workers)."),
     ] = "dlpm",
     quantum: Annotated[
         float | None,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands.options import registry_option
 from fairserve.commands.output import Output
 from fairserve.core.errors import ConfigError
 from fairserve.sim.profile import DEFAULT_PROFILE
@@ -35,41 +36,6 @@ if TYPE_CHECKING:
     from fairserve.sim.recorder import SimResult
 
 
-def _registry_option(kind: str, help_text: str) -> Any:
-    """A ``typer.Option`` whose valid names come from a registry, read on first use.
-
-    Typer (which vendors click) takes no custom click types, and an ``Enum``/``Literal``
-    annotation would be built on every start, loading the registry (and numpy behind it)
-    for ``fairserve --version``. So the names reach shell completion (and the generated
-    completions and man pages) through ``autocompletion``, and validation through a callback
-    whose message lists them.
-    """
-
-    def complete() -> list[str]:
-        return list(_names(kind))
-
-    def check(value: str) -> str:
-        names = _names(kind)
-        if value not in names:
-            raise typer.BadParameter(
-                f"unknown {kind} {value!r}; expected one of: {', '.join(names)}"
-            )
-        return value
-
-    metavar = kind.split()[0].upper()
-    return typer.Option(metavar=metavar, help=help_text, autocompletion=complete, callback=check)
-
-
-def _names(kind: str) -> Sequence[str]:
-    if kind == "batching discipline":
-        from fairserve.sim.engine import BATCHING_DISCIPLINES
-
-        return BATCHING_DISCIPLINES
-    from fairserve.sched import registry
-
-    return registry.local_policies() if kind == "policy" else registry.dispatchers()
-
-
 def simulate(
     workload: Annotated[
         str | None,
@@ -82,11 +48,11 @@ def simulate(
     ] = None,
     policy: Annotated[
         str,
-        _registry_option("policy", "Local policy on each worker (see fairserve policies)."),
+        registry_option("policy", "Local policy on each worker (see fairserve policies)."),
     ] = "dlpm",
     dispatch: Annotated[
         str,
-        _registry_option(
+        registry_option(
             "dispatcher", "Dispatcher placing requests on workers (see fairserve policies)."
         ),
     ] = "doubleq",
@@ -110,7 +76,7 @@ def simulate(
     ] = DEFAULT_PROFILE,
     batching: Annotated[
         str,
-        _registry_option(
+        registry_option(
             "batching discipline", "Engine batching (the default is SGLang's: chunked prefill)."
         ),
     ] = "sarathi",

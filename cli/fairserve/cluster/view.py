@@ -1,0 +1,89 @@
+"""The foreground launch's compact live status on stderr (stdout stays free for data).
+
+On a terminal it is a small rich table redrawn in place, with events (restarts) printed
+above it; anywhere else (a pipe, a log file, a detached supervisor) events are plain
+timestamped lines, because cursor movement would garble a log.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.live import Live
+    from rich.table import Table
+
+    from fairserve.cluster.supervisor import Supervisor
+
+
+REDRAW_S = 1.0
+
+
+class StatusView:
+    """Events and, on a terminal, the live table; a context manager around the run."""
+
+    def __init__(self, stream: TextIO | None = None, live: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live_enabled = self.stream.isatty() if live is None else live
+        self.supervisor: Supervisor | None = None
+        self.router_url = ""
+        self._live: Live | None = None
+        self._drawn_s = 0.0
+
+    def log(self, message: str) -> None:
+        if self._live is not None:
+            self._live.console.print(message, highlight=False, markup=False)
+            return
+        stamp = time.strftime("%H:%M:%S")
+        self.stream.write(f"{stamp} fairserve launch: {message}\n")
+        self.stream.flush()
+
+    def ready(self, supervisor: Supervisor, router_url: str) -> None:
+        """Switch to the live table (terminal only) once everything is up."""
+        self.supervisor, self.router_url = supervisor, router_url
+        if not self.live_enabled:
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(file=self.stream)
+        self._live = Live(self._table(), console=console, auto_refresh=False, transient=True)
+        self._live.start()
+
+    def tick(self) -> None:
+        """Redraw at most once a second: the supervisor ticks faster to catch crashes."""
+        now_s = time.monotonic()
+        if self._live is not None and now_s - self._drawn_s >= REDRAW_S:
+            self._drawn_s = now_s
+            self._live.update(self._table(), refresh=True)
+
+    def _table(self) -> Table:
+        from rich.table import Table
+
+        sup = self.supervisor
+        cfg = sup.plan.router if sup is not None else None
+        title = f"fairserve  {self.router_url}"
+        if cfg is not None:
+            title += f"  policy {cfg.policy}  dispatch {cfg.dispatch}  (Ctrl-C stops)"
+        table = Table(title=title, title_justify="left", box=None, padding=(0, 2))
+        for column in ("worker", "url", "state", "restarts"):
+            table.add_column(column)
+        for name, url, state, restarts in sup.worker_rows() if sup is not None else []:
+            table.add_row(name, url, state, str(restarts))
+        return table
+
+    def __enter__(self) -> StatusView:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -1,0 +1,70 @@
+"""``fairserve status``: what is running: router URL, policy, dispatch, quanta, workers.
+
+Reads the run file written by ``launch`` (or asks any router given with ``--url``). Exits 3
+when nothing runs or the router does not answer, so scripts can test for a live service.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fairserve.commands.errors import ExitCode
+from fairserve.commands.output import Output
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def status(
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="A router to ask instead of the one in the run file."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="FAIRSERVE_ADMIN_TOKEN", help="The router's admin token."),
+    ] = None,
+) -> None:
+    """Show what is running: router URL, policy, dispatch, quanta and every worker.
+
+    Each worker shows its pid, URL, health (probed now) and how often it was restarted.
+    Exits 3 when nothing is running or the router is unreachable.
+    """
+    from fairserve.cluster.errors import NotRunning
+    from fairserve.cluster.inspect import gather
+
+    try:
+        data = gather(url, token)
+    except NotRunning as exc:
+        sys.stderr.write(f"fairserve: {exc}\n")
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
+    out = Output(json_mode=json_output)
+    out.data(data)
+    out.render(_table(data))
+
+
+def _table(data: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    router, quantum = data["router"], data["quantum"]
+    title = (
+        f"router {router['url']} ({'healthy' if router['healthy'] else 'NO HEALTHY WORKER'})  "
+        f"policy {router['policy']}  dispatch {router['dispatch']}  "
+        f"Q^u {_num(quantum.get('quantum'))}  Q^w {_num(quantum.get('worker_quantum'))}"
+    )
+    table = Table(title=title, title_justify="left")
+    for column in ("worker", "url", "pid", "health", "restarts", "log"):
+        table.add_column(column, no_wrap=column != "log")
+    for w in data["workers"]:
+        health = "healthy" if w["healthy"] else "DOWN"
+        pid = "-" if w["pid"] is None else str(w["pid"])
+        table.add_row(w["name"], w["url"], pid, health, str(w["restarts"]), w["log"] or "-")
+    return table
+
+
+def _num(value: object) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
