@@ -150,6 +150,18 @@ def windowed_service_rates(
     return rates
 
 
+def sample_at(samples: Sequence[ServiceSample], t_s: float) -> ServiceSample:
+    """The last sample at or before ``t_s`` (the first one if none); ``samples`` ordered."""
+    lo, hi = 0, len(samples) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if samples[mid].t_s <= t_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return samples[lo]
+
+
 def _check_ordered(samples: Sequence[ServiceSample]) -> None:
     for a, b in itertools.pairwise(samples):
         if b.t_s < a.t_s:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairserve.core.metrics import ServiceSample, jain_index, max_service_gap, percentile
+from fairserve.core.metrics import ServiceSample, jain_index, max_service_gap, percentile, sample_at
 
 RECENT_REQUESTS = 2048
 """Latency/TTFT samples kept per client for percentiles."""
@@ -174,7 +174,7 @@ class Accounting:
             return 1.0, None
         samples = [*self.samples, self._current(now_s)]
         window = self._active_window(samples[0].t_s, now_s)
-        start, end = _sample_at(samples, window[0]), _sample_at(samples, window[1])
+        start, end = sample_at(samples, window[0]), sample_at(samples, window[1])
         rates = [
             (end.cumulative.get(c, 0.0) - start.cumulative.get(c, 0.0)) / s.weight
             for c, s in self.clients.items()
@@ -237,15 +237,3 @@ class Accounting:
 def _pct(values: Sequence[float], q: float) -> float | None:
     value = percentile(list(values), q)
     return None if math.isnan(value) else value
-
-
-def _sample_at(samples: Sequence[ServiceSample], t_s: float) -> ServiceSample:
-    """The last sample at or before ``t_s`` (the first one if none)."""
-    lo, hi = 0, len(samples) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if samples[mid].t_s <= t_s:
-            lo = mid
-        else:
-            hi = mid - 1
-    return samples[lo]

@@ -97,7 +97,9 @@ class RouterServer:
         await self.stop()
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, role: str = "router") -> socket.socket:
+    """A listening non-blocking socket for an aiohttp site, or a FairserveError that says
+    why not (the router, the simulated worker and ``launch``'s port check share it)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -113,7 +115,7 @@ def bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise FairserveError(
                 f"cannot listen on {host}:{port}: address already in use "
-                "(another router running? choose another --port)"
+                f"(another {role} running? choose another --port)"
             ) from None
         raise FairserveError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.setblocking(False)

@@ -7,10 +7,9 @@ with the design. Times are simulated seconds; rates are per simulated second ove
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
-from fairserve.core.metrics import ServiceSample, jain_index, max_service_gap, percentile
+from fairserve.core.metrics import jain_index, max_service_gap, percentile, sample_at
 from fairserve.sim.recorder import RequestRecord, SimResult
 
 
@@ -121,25 +120,13 @@ def _active_window(result: SimResult) -> tuple[float, float]:
 
 def _jain(result: SimResult, window: tuple[float, float]) -> float:
     """Jain's index over weight-normalised service rates inside ``window``."""
-    start = _sample_at(result.samples, window[0])
-    end = _sample_at(result.samples, window[1])
+    start = sample_at(result.samples, window[0])
+    end = sample_at(result.samples, window[1])
     rates = [
         (end.cumulative.get(c, 0.0) - start.cumulative.get(c, 0.0)) / result.weights.get(c, 1.0)
         for c in result.clients
     ]
     return jain_index(max(0.0, r) for r in rates)
-
-
-def _sample_at(samples: Sequence[ServiceSample], t_s: float) -> ServiceSample:
-    """The last sample at or before ``t_s`` (the first one if none)."""
-    lo, hi = 0, len(samples) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if samples[mid].t_s <= t_s:
-            lo = mid
-        else:
-            hi = mid - 1
-    return samples[lo]
 
 
 def _finite(value: float) -> float | None:

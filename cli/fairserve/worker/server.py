@@ -13,16 +13,14 @@ the tests exercise the same sockets, runner options and shutdown path as product
 
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from fairserve.core.errors import FairserveError
 from fairserve.core.openai_api import ApiError
+from fairserve.router.server import bind
 from fairserve.worker import admin, generation
 from fairserve.worker import responses as r
 from fairserve.worker.config import WorkerConfig, build_engine
@@ -116,7 +114,7 @@ class WorkerServer:
 
     async def start(self) -> str:
         """Bind, start the engine loop and serve; returns the URL (with the bound port)."""
-        sock = _bind(self.host, self.port)
+        sock = bind(self.host, self.port, role="worker")
         self.port = sock.getsockname()[1]
         self.runtime = WorkerRuntime(self.config, self._factory)
         self.runtime.start()
@@ -150,29 +148,6 @@ class WorkerServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise FairserveError(f"--host {host!r}: cannot resolve: {exc.strerror}") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(1024)
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise FairserveError(
-                f"cannot listen on {host}:{port}: address already in use "
-                "(another worker running? choose another --port)"
-            ) from None
-        raise FairserveError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.setblocking(False)
-    return sock
 
 
 class _DropMalformedRequests(logging.Filter):
