@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands.options import ReportJson, ReportPlot
 from fairserve.commands.output import Output
 from fairserve.core.errors import FairserveError
 
@@ -100,18 +101,8 @@ def bench(
             help="The 'model' field of each request (default: none sent).", show_default=False
         ),
     ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print one JSON report object.")
-    ] = False,
-    plot: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write service rate and response time over time to this PNG "
-            "(needs the plot extra).",
-            dir_okay=False,
-            show_default=False,
-        ),
-    ] = None,
+    json_output: ReportJson = False,
+    plot: ReportPlot = None,
 ) -> None:
     """Run a workload's clients against a live router over HTTP and report what they saw.
 

@@ -10,9 +10,23 @@ whose message lists them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+
+ReportJson = Annotated[bool, typer.Option("--json", help="Print one JSON report object.")]
+"""``--json`` of the commands that print a DESIGN §7 report (simulate, bench)."""
+
+ReportPlot = Annotated[
+    Path | None,
+    typer.Option(
+        help="Write service rate and response time over time to this PNG (needs the plot extra).",
+        dir_okay=False,
+        show_default=False,
+    ),
+]
+"""``--plot`` of the commands that print a DESIGN §7 report (simulate, bench)."""
 
 
 def registry_option(kind: str, help_text: str) -> Any:

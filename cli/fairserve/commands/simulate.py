@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fairserve.commands.options import registry_option
+from fairserve.commands.options import ReportJson, ReportPlot, registry_option
 from fairserve.commands.output import Output
 from fairserve.core.errors import ConfigError
 from fairserve.sim.profile import DEFAULT_PROFILE
@@ -92,18 +91,8 @@ def simulate(
         int | None,
         typer.Option(help="Workload seed (default: the workload's).", show_default=False),
     ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print one JSON report object.")
-    ] = False,
-    plot: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write service rate and response time over time to this PNG "
-            "(needs the plot extra).",
-            dir_okay=False,
-            show_default=False,
-        ),
-    ] = None,
+    json_output: ReportJson = False,
+    plot: ReportPlot = None,
     compare: Annotated[
         str | None,
         typer.Option(
