@@ -73,9 +73,10 @@ def test_import_contracts_can_break(tmp_path: Path) -> None:
     assert "0 kept, 2 broken" in result.stdout
 
 
-def test_headless_packages_load_no_ui_network_or_gpu_library() -> None:
+def _run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (so nothing this test process imported counts)."""
     result = subprocess.run(
-        [sys.executable, "-c", HEADLESS_IMPORTS],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -83,6 +84,11 @@ def test_headless_packages_load_no_ui_network_or_gpu_library() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_headless_packages_load_no_ui_network_or_gpu_library() -> None:
+    result = _run_python(HEADLESS_IMPORTS)
     report = json.loads(result.stdout)
     assert "fairserve.sched.registry" in report["imported"]
     assert "fairserve.core.types" in report["imported"]
@@ -104,15 +110,7 @@ print(json.dumps(sorted(sys.modules)))
 def test_router_loads_no_ui_gpu_or_cli_library() -> None:
     """The router is a headless server: aiohttp and prometheus-client, never a UI, NVML,
     the CLI or the simulated worker (layering: router and worker are not each other's)."""
-    result = subprocess.run(
-        [sys.executable, "-c", ROUTER_IMPORTS],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    result = _run_python(ROUTER_IMPORTS)
     loaded = json.loads(result.stdout)
     assert "fairserve.router.server" in loaded and "aiohttp" in loaded
     forbidden = {"textual", "rich", "pynvml", "sglang", "typer", "click", "psutil"}

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # runnable as a script: the shared test helpers
+    sys.path.insert(0, str(ROOT))
+
+from tests.worker.processes import free_port, wait_http_ok  # noqa: E402
 
 ANSWER = {
     "id": "cmpl-bench",
@@ -92,26 +97,6 @@ def _uvloop() -> None:
 
 
 # ------------------------------------------------------------------ processes
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_ok(url: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1.0) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer 200 within {timeout_s} s")
-
-
 CLI_DIR = Path(__file__).resolve().parents[2] / "cli"
 
 
@@ -125,7 +110,7 @@ def process(
         env=env,
     )  # fmt: skip
     try:
-        wait_ok(health_url)
+        wait_http_ok(health_url, timeout_s=30.0)
         yield proc
     finally:
         proc.terminate()
