@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fairserve.commands.options import ReportJson, ReportPlot
+from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed
 from fairserve.commands.output import Output
 from fairserve.core.errors import FairserveError
 
@@ -61,10 +61,7 @@ def bench(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(help="Workload seed (default: the workload's).", show_default=False),
-    ] = None,
+    seed: WorkloadSeed = None,
     api: Annotated[
         str,
         typer.Option(

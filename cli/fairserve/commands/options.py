@@ -18,6 +18,11 @@ import typer
 ReportJson = Annotated[bool, typer.Option("--json", help="Print one JSON report object.")]
 """``--json`` of the commands that print a DESIGN §7 report (simulate, bench)."""
 
+WorkloadSeed = Annotated[
+    int | None, typer.Option(help="Workload seed (default: the workload's).", show_default=False)
+]
+"""``--seed`` of the commands that run a workload (simulate, bench)."""
+
 ReportPlot = Annotated[
     Path | None,
     typer.Option(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fairserve.commands.options import ReportJson, ReportPlot, registry_option
+from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed, registry_option
 from fairserve.commands.output import Output
 from fairserve.core.errors import ConfigError
 from fairserve.sim.profile import DEFAULT_PROFILE
@@ -87,10 +87,7 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(help="Workload seed (default: the workload's).", show_default=False),
-    ] = None,
+    seed: WorkloadSeed = None,
     json_output: ReportJson = False,
     plot: ReportPlot = None,
     compare: Annotated[
