@@ -20,7 +20,19 @@ from typing import Annotated, NoReturn
 import typer
 
 import fairserve
-from fairserve.commands import bench, launch, policies, router, simulate, status, stop, worker
+from fairserve.commands import (
+    bench,
+    launch,
+    policies,
+    profile,
+    router,
+    simulate,
+    status,
+    stop,
+    top,
+    tune,
+    worker,
+)
 from fairserve.commands.errors import ExitCode, report
 
 PROG_NAME = "fairserve"
@@ -29,6 +41,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "launch": launch.launch,
     "status": status.status,
     "stop": stop.stop,
+    "top": top.top,
     "simulate": simulate.simulate,
     "worker": worker.worker,
     "router": router.router,
@@ -36,6 +49,12 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "policies": policies.policies,
 }
 """Command name → Typer command function (its docstring is the help text)."""
+
+GROUPS: dict[str, typer.Typer] = {
+    "tune": tune.app,
+    "profile": profile.app,
+}
+"""Command name → Typer group, for commands with subcommands (``tune quantum``)."""
 
 
 @dataclass
@@ -104,6 +123,8 @@ app = typer.Typer(
 app.callback(help=f"{help_text(root)} {_exit_codes_line()}")(root)
 for _name, _func in COMMANDS.items():
     app.command(_name, help=help_text(_func))(_func)
+for _name, _group in GROUPS.items():
+    app.add_typer(_group, name=_name)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
