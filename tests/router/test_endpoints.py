@@ -87,6 +87,8 @@ def test_models_health_and_state_keys() -> None:
             assert set(a["deficits"]) == {w.url for w in workers}
             assert {w["fairness"] for w in state["workers"]} == {"inside"}
             assert all(w["healthy"] and w["extension"] for w in state["workers"])
+            # The simulated workers report their profile's capacity through get_server_info.
+            assert all(w["capacity_tokens_per_s"] > 0 for w in state["workers"])
 
     run(body())
 

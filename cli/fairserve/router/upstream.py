@@ -39,6 +39,7 @@ class Upstream:
     probed: bool = False
     extension: bool | None = None
     max_total_tokens: int | None = None
+    capacity_tokens_per_s: float | None = None
     models: list[str] = field(default_factory=list)
     queue: FairQueue | None = None
     eviction_cursor: int = 0
@@ -126,6 +127,7 @@ class HealthProber:
             tokens = info.get("max_total_num_tokens")
             if isinstance(tokens, int) and tokens > 0:
                 up.max_total_tokens = tokens
+            up.capacity_tokens_per_s = _capacity(info)
         models = await self._get_json(up, "/v1/models")
         if isinstance(models, dict) and isinstance(models.get("data"), list):
             up.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
@@ -208,3 +210,12 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) or not text:
         return type(exc).__name__
     return text
+
+
+def _capacity(server_info: dict[str, Any]) -> float | None:
+    """Tokens/s from the fairserve section of ``/get_server_info`` (stock engines: unknown)."""
+    section = server_info.get("fairserve")
+    value = section.get("capacity_tokens_per_s") if isinstance(section, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None

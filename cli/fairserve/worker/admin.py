@@ -77,6 +77,8 @@ def server_info(runtime: WorkerRuntime) -> dict[str, Any]:
             "profile": profile.name,
             "gpu": profile.gpu,
             "model": profile.model,
+            # Load versus capacity (dashboard) and bounds in seconds (tuner) need this.
+            "capacity_tokens_per_s": profile.capacity_tokens_per_s,
             "speed": config.speed,
             "batching": config.batching,
         },
