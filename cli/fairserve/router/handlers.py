@@ -4,6 +4,9 @@ Every error leaves in the OpenAI shape ``{"error": {"message", "type", "code"}}`
 status that says what happened: 400 bad input (the message names the field), 401 unknown
 API key or missing admin token, 403 wrong admin token, 404 unknown path or model, 413 body
 too large, 429 over a client's queue cap, 503 no healthy worker or draining.
+
+Admin API: ``GET|PUT /fairserve/v1/quantum`` (Q^w, Q^u) and ``GET|PUT /fairserve/v1/weights``
+(a client's weight); writes need the admin token.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from fairserve.router import proxy
 from fairserve.router.identity import application, bearer_token, identify
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
-from fairserve.router.state import json_safe, snapshot
+from fairserve.router.state import json_safe, quantum_view, snapshot, weights_view
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
 URL: web.AppKey[list[str]] = web.AppKey("url", list)
@@ -131,6 +134,8 @@ def _new_call(
     )
     want_usage = spec.include_usage
     estimate = acc.estimate(req.input_tokens, req.max_output_tokens)
+    if estimate > router.max_request_cost:
+        router.max_request_cost = estimate
     acc.arrived(client, estimate, now)
     return proxy.Call(
         route=route,
@@ -204,7 +209,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 # ------------------------------------------------------------------ admin
 async def get_quantum(request: web.Request) -> web.Response:
-    return json_response(request.app[ROUTER].quantum_view())
+    """Q^w and the effective Q^u (see ``state.quantum_view``)."""
+    router = request.app[ROUTER]
+    await router.refresh_worker_quanta()
+    return json_response(quantum_view(router))
 
 
 async def put_quantum(request: web.Request) -> web.Response:
@@ -220,9 +228,33 @@ async def put_quantum(request: web.Request) -> web.Response:
     if worker_q is None and local_q is None:
         raise bad_request("expected worker_quantum and/or quantum")
     try:
-        view = await router.set_quanta(worker_q, local_q)
+        errors = await router.set_quanta(worker_q, local_q)
     except ConfigError as exc:
         raise bad_request(str(exc)) from None
+    return json_response({**quantum_view(router), "worker_errors": errors})
+
+
+async def get_weights(request: web.Request) -> web.Response:
+    return json_response(weights_view(request.app[ROUTER]))
+
+
+async def put_weight(request: web.Request) -> web.Response:
+    """``{"client": NAME, "weight": W}``: a client's fair-share weight, live."""
+    router = request.app[ROUTER]
+    check_admin(request, router.config.admin_token)
+    body = parse_json(await request.read())
+    unknown = sorted(set(body) - {"client", "weight"})
+    if unknown:
+        raise bad_request(f"{unknown[0]}: unknown field; expected client and weight")
+    client, weight = body.get("client"), body.get("weight")
+    if not isinstance(client, str) or not client.strip():
+        raise bad_request(f"client: expected a non-empty client name, got {client!r}")
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise bad_request(f"weight: expected a positive number, got {weight!r}")
+    try:
+        view = await router.set_weight(client, float(weight))
+    except ConfigError as exc:
+        raise bad_request(f"weight: {exc}") from None
     return json_response(view)
 
 
@@ -261,4 +293,6 @@ def routes() -> list[web.RouteDef]:
         web.get("/fairserve/v1/state", state),
         web.get("/fairserve/v1/quantum", get_quantum),
         web.put("/fairserve/v1/quantum", put_quantum),
+        web.get("/fairserve/v1/weights", get_weights),
+        web.put("/fairserve/v1/weights", put_weight),
     ]

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,6 +19,7 @@ import aiohttp
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import ApiError
+from fairserve.core.types import validate_weight
 from fairserve.router.accounting import Accounting
 from fairserve.router.config import RouterConfig
 from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS, FairQueue
@@ -31,6 +32,9 @@ from fairserve.sched.registry import load_all, make_dispatcher, make_local_polic
 from fairserve.workloads.trace import TraceWriter
 
 log = logging.getLogger("fairserve.router")
+
+WORKER_WEIGHTS_PATH = "/fairserve/worker/weights"
+"""Where a worker with the extension takes ``{"client", "weight"}`` (PUT, admin token)."""
 
 
 def build_dispatcher(config: RouterConfig, workers: Collection[str]) -> Dispatcher:
@@ -58,11 +62,13 @@ def check_policy(config: RouterConfig) -> None:
     build_queue_policy(config)
 
 
-def build_queue_policy(config: RouterConfig) -> Any:
+def build_queue_policy(config: RouterConfig, weights: Mapping[str, float] | None = None) -> Any:
+    """The router-side queue's policy; ``weights``: the live ones (``tune weight``)."""
     params = dict(config.policy_params)
     if config.quantum is not None:
         params["quantum"] = config.quantum
-    return make_local_policy(config.policy, weights=config.weights, **params)
+    live = config.weights if weights is None else weights
+    return make_local_policy(config.policy, weights=live, **params)
 
 
 class Router:
@@ -76,6 +82,14 @@ class Router:
         self.metrics = RouterMetrics()
         self.upstreams = {url: Upstream(url) for url in config.worker_urls}
         self.local_quantum: float | None = config.quantum
+        self.worker_quanta: dict[str, float | None] = {}
+        """Q^u each worker with the extension reports (read when it comes up, and after
+        every change): what ``GET /fairserve/v1/quantum`` shows before anyone set one."""
+        self.weights: dict[str, float] = dict(config.weights)
+        self.live_weights: dict[str, float] = {}
+        """Weights changed through the admin API: pushed again to workers that come up."""
+        self.max_request_cost = 0.0
+        """Largest ``w_e·prompt + w_q·max_output`` seen: the ``U`` of the service-gap bound."""
         self.session: aiohttp.ClientSession | None = None
         self.prober: HealthProber | None = None
         self.draining = False
@@ -194,7 +208,7 @@ class Router:
         wants_queue = mode == "on" or (mode == "auto" and not up.extension)
         if wants_queue and up.queue is None:
             up.queue = FairQueue(
-                build_queue_policy(self.config),
+                build_queue_policy(self.config, self.weights),
                 self.config.max_outstanding_per_worker,
                 up.max_total_tokens or DEFAULT_CACHE_TOKENS,
             )
@@ -202,8 +216,14 @@ class Router:
                 up.queue.policy.set_quantum(self.local_quantum)
         elif not wants_queue and up.queue is not None and up.queue.outstanding == 0:
             up.queue = None
-        if up.extension and self.local_quantum is not None and self.prober is not None:
-            self.spawn(self._forward_quantum(up, self.local_quantum))
+        if up.extension and self.prober is not None:
+            self.worker_quanta.pop(up.url, None)  # a restarted worker runs its own default
+            if self.local_quantum is not None:
+                self.spawn(self._forward_quantum(up, self.local_quantum))
+            else:
+                self.spawn(self._read_worker_quantum(up))
+            for client, weight in self.live_weights.items():
+                self.spawn(self._forward_weight(up, client, weight))
 
     def _worker_down(self, up: Upstream) -> None:
         """Nothing to undo: in-flight requests fail and are retried by their handlers."""
@@ -235,21 +255,44 @@ class Router:
         self.accounting.sample(time.monotonic())
 
     # ------------------------------------------------------------------ quanta
-    def quantum_view(self) -> dict[str, Any]:
-        queues = [up.queue.policy.quantum for up in self.upstreams.values() if up.queue]
-        return {
-            "dispatch": self.dispatcher.name,
-            "worker_quantum": self.dispatcher.quantum,
-            "policy": self.config.policy,
-            "quantum": self.local_quantum if self.local_quantum is not None else _first(queues),
-        }
+    def routed_extension(self, url: str) -> bool:
+        """``url`` is a healthy worker with the fairserve extension."""
+        up = self.upstreams.get(url)
+        return up is not None and up.healthy and bool(up.extension)
 
-    async def set_quanta(
-        self, worker_quantum: float | None, quantum: float | None
-    ) -> dict[str, Any]:
+    async def refresh_worker_quanta(self) -> None:
+        """Read Q^u from healthy workers with the extension whose value is not known yet
+        (a worker that came up a moment ago)."""
+        missing = [
+            up
+            for url, up in self.upstreams.items()
+            if self.routed_extension(url) and url not in self.worker_quanta
+        ]
+        if missing and self.session is not None:
+            await asyncio.gather(*(self._read_worker_quantum(up) for up in missing))
+
+    async def _read_worker_quantum(self, up: Upstream) -> None:
+        assert self.session is not None
+        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
+        try:
+            async with self.session.get(
+                up.url + "/fairserve/worker/quantum", timeout=timeout
+            ) as resp:
+                body = await resp.json(content_type=None) if resp.status == 200 else None
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.debug("could not read the quantum of worker %s: %s", up.url, exc)
+            return
+        if not isinstance(body, dict):
+            return
+        value = body.get("quantum")  # null: the worker's policy has no quantum
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            value = None
+        self.worker_quanta[up.url] = None if value is None else float(value)
+
+    async def set_quanta(self, worker_quantum: float | None, quantum: float | None) -> list[str]:
         """Set Q^w (dispatcher) and/or Q^u (router queues and workers with the extension).
 
-        Returns the new view plus the workers that refused the forwarded Q^u."""
+        Returns the workers that refused the forwarded Q^u (url: error)."""
         if worker_quantum is not None:
             self.dispatcher.set_quantum(worker_quantum)
         errors: list[str] = []
@@ -263,15 +306,70 @@ class Router:
             targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
             results = await asyncio.gather(*(self._forward_quantum(up, quantum) for up in targets))
             errors = [e for e in results if e]
-        return {**self.quantum_view(), "worker_errors": errors}
+        return errors
 
     async def _forward_quantum(self, up: Upstream, quantum: float) -> str | None:
         assert self.prober is not None
         error = await self.prober.put_quantum(up, quantum)
         if error:
             log.warning("could not set the quantum of worker %s", error)
+            self.worker_quanta.pop(up.url, None)
+        else:
+            self.worker_quanta[up.url] = quantum
         return error
 
+    # ------------------------------------------------------------------ weights
+    async def set_weight(self, client: str, weight: float) -> dict[str, Any]:
+        """Change ``client``'s weight everywhere the router applies it: the dispatcher's
+        deficits, the router-side fair queues, the accounting (Jain's index and service
+        rates are weight-normalised) and, pushed, the workers' own policies.
 
-def _first(values: list[float | None]) -> float | None:
-    return values[0] if values else None
+        Workers without a weights endpoint keep their weights; they are listed under
+        ``workers`` as ``unsupported``."""
+        validate_weight(client, weight)
+        previous = self.weights.get(client, 1.0)
+        self.dispatcher.set_weight(client, weight)
+        queues = 0
+        for up in self.upstreams.values():
+            if up.queue is not None:
+                up.queue.policy.set_weight(client, weight)
+                queues += 1
+        self.weights[client] = weight
+        self.live_weights[client] = weight
+        self.accounting.weights[client] = weight
+        stats = self.accounting.clients.get(client)  # never create a client without traffic
+        if stats is not None:
+            stats.weight = weight
+        targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
+        pushes = await asyncio.gather(*(self._forward_weight(up, client, weight) for up in targets))
+        return {
+            "client": client,
+            "weight": weight,
+            "previous": previous,
+            "router_queues": queues,
+            "workers": dict(pushes),
+        }
+
+    async def _forward_weight(self, up: Upstream, client: str, weight: float) -> tuple[str, str]:
+        """(url, ``ok`` | ``unsupported`` | the error): 404/405 mean a worker without the
+        weights endpoint (a stock engine, an older fairserve worker)."""
+        assert self.session is not None
+        token = self.config.admin_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            async with self.session.put(
+                up.url + WORKER_WEIGHTS_PATH,
+                json={"client": client, "weight": weight},
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.config.health_timeout_s),
+            ) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            text, status = str(exc) or type(exc).__name__, 0
+        if status == 200:
+            return up.url, "ok"
+        if status in (404, 405):
+            return up.url, "unsupported"
+        log.warning("could not set the weight of %r on worker %s: %s", client, up.url, text)
+        return up.url, f"{status or 'unreachable'}: {text[:200]}"
