@@ -109,6 +109,18 @@ def test_set_quantum_takes_effect_at_the_next_decision() -> None:
     assert policy.refills == 2
 
 
+def test_lowering_the_quantum_caps_credit_already_handed_out() -> None:
+    """A client refilled under a large Q^u must not keep spending it after Q^u drops."""
+    policy = DLPM(quantum=10_000.0)
+    reqs = arrive(policy, *(unique_request(f"a{i}", "a", 50, 1) for i in range(4)))
+    arrive(policy, unique_request("b0", "b", 50, 1))
+    assert len(policy.select(reqs[:1], fits_all, no_match, 0.0)) == 1
+    assert policy.deficits["a"] == pytest.approx(9_950.0)
+    policy.set_quantum(100.0)
+    assert policy.deficits["a"] == pytest.approx(100.0)
+    assert policy.deficits["b"] <= 100.0  # below the new quantum: left as it was
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "big"])
 def test_bad_quantum_is_refused(bad: object) -> None:
     with pytest.raises(ConfigError, match="quantum"):

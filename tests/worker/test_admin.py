@@ -46,6 +46,7 @@ def test_health_info_and_models() -> None:
                     "profile": "tiny",
                     "gpu": "Test GPU",
                     "model": "test/model",
+                    "capacity_tokens_per_s": tiny_profile().capacity_tokens_per_s,
                     "speed": 50.0,
                     "batching": "sarathi",
                 }
@@ -150,6 +151,33 @@ def test_quantum_writes_need_the_admin_token_when_one_is_set() -> None:
             auth = {"Authorization": "Bearer s3cret"}
             async with session.put(path, json=change, headers=auth) as resp:
                 assert resp.status == 200
+
+    run(body())
+
+
+def test_weights_can_be_read_and_changed_live_with_the_admin_token() -> None:
+    async def body() -> None:
+        async with serving(make_config(admin_token="s3cret")) as (server, session):
+            path, auth = "/fairserve/worker/weights", {"Authorization": "Bearer s3cret"}
+            assert await get_json(session, path) == (200, {"policy": "dlpm", "weights": {}})
+            async with session.put(path, json={"client": "a", "weight": 3}) as resp:
+                assert resp.status == 401
+            async with session.put(path, json={"client": "a", "weight": 3}, headers=auth) as resp:
+                assert (resp.status, await resp.json()) == (
+                    200,
+                    {"policy": "dlpm", "weights": {"a": 3.0}},
+                )
+            assert runtime_of(server).engine.policy.weight("a") == 3.0
+            bad_bodies = (
+                ({"client": "a", "weight": 0}, "weight"),
+                ({"client": "a", "weight": "x"}, "weight: expected a positive number"),
+                ({"client": "", "weight": 1}, "client: expected a non-empty string"),
+                ({"client": "a", "weight": 1, "w": 2}, "w: unknown field"),
+            )
+            for bad, message in bad_bodies:
+                async with session.put(path, json=bad, headers=auth) as resp:
+                    assert resp.status == 400
+                    assert message in (await resp.json())["error"]["message"]
 
     run(body())
 

@@ -172,6 +172,33 @@ async def put_quantum(request: web.Request) -> web.Response:
     return json_response({"policy": policy.name, "quantum": policy.quantum})
 
 
+async def get_weights(request: web.Request) -> web.Response:
+    policy = _runtime(request).engine.policy
+    return json_response({"policy": policy.name, "weights": dict(policy.weights)})
+
+
+async def put_weights(request: web.Request) -> web.Response:
+    """Set one client's weight in the local policy (``fairserve tune weight`` pushes it here);
+    like the quantum, it takes effect at the next batching step."""
+    runtime = _runtime(request)
+    _check_admin(request, runtime.config.admin_token)
+    body = parse_json(await request.read())
+    unknown = sorted(set(body) - {"client", "weight"})
+    if unknown:
+        raise bad_request(f"{unknown[0]}: unknown field; expected client and weight")
+    client, weight = body.get("client"), body.get("weight")
+    if not isinstance(client, str) or not client:
+        raise bad_request(f"client: expected a non-empty string, got {client!r}")
+    if isinstance(weight, bool) or not isinstance(weight, int | float):
+        raise bad_request(f"weight: expected a positive number, got {weight!r}")
+    policy = runtime.engine.policy
+    try:
+        policy.set_weight(client, float(weight))
+    except ConfigError as exc:
+        raise bad_request(str(exc)) from None
+    return json_response({"policy": policy.name, "weights": dict(policy.weights)})
+
+
 async def evictions(request: web.Request) -> web.Response:
     """Eviction events with ``seq >= since`` (encoding: see ``worker.evictions``)."""
     since = _query_int(request, "since", 0)

@@ -293,7 +293,8 @@ class WorkerRuntime:
             self.evictions.extend(events)
 
     def _engine_failed(self, exc: Exception) -> None:
-        """Fail everything in flight and start over with a fresh engine (same quantum)."""
+        """Fail everything in flight and start over with a fresh engine (same quantum and
+        weights: they may have been changed live, and the router will not push them again)."""
         self.engine_errors += 1
         log.error(
             "simulated engine failed; failing %d request(s)", len(self._tickets), exc_info=exc
@@ -302,10 +303,12 @@ class WorkerRuntime:
         for ticket in self._tickets.values():
             ticket.fail(message)
         self._tickets.clear()
-        quantum = self.engine.policy.quantum
+        quantum, weights = self.engine.policy.quantum, dict(self.engine.policy.weights)
         self.engine = self._factory(self.config)
         if quantum is not None:
             self.engine.policy.set_quantum(quantum)
+        for client, weight in weights.items():
+            self.engine.policy.set_weight(client, weight)
         self.evictions.extend([b""])  # the new engine's cache is empty
         self._busy = False
 

@@ -80,6 +80,8 @@ def build_app(runtime: WorkerRuntime) -> web.Application:
         web.get("/fairserve/worker/state", admin.worker_state),
         web.get("/fairserve/worker/quantum", admin.get_quantum),
         web.put("/fairserve/worker/quantum", admin.put_quantum),
+        web.get("/fairserve/worker/weights", admin.get_weights),
+        web.put("/fairserve/worker/weights", admin.put_weights),
         web.get("/fairserve/worker/evictions", admin.evictions),
     ]
     app.add_routes(routes)

@@ -96,9 +96,16 @@ class DLPM(LocalPolicy):
         return self._quantum
 
     def set_quantum(self, quantum: float) -> None:
-        """Set ``Q^u`` live; the next refill (next decision at the latest) uses it."""
+        """Set ``Q^u`` live; the next refill (next decision at the latest) uses it.
+
+        Lowering it also caps credit already handed out at the new quantum: otherwise a
+        client refilled under the old, larger quantum keeps spending it while the others
+        (refilled with the new one) wait, which is the opposite of what the operator asked."""
         self._quantum = float(QUANTUM.validate(f"policy {self.name}", quantum))
         self.p["quantum"] = self._quantum
+        for client, q in self.deficits.items():
+            if q > self._quantum:
+                self.deficits[client] = self._quantum
 
     # ------------------------------------------------------------ events
     def _arrive(self, req: Request, now_s: float) -> None:
