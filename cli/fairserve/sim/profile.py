@@ -26,6 +26,9 @@ from fairserve.core.cost import PiecewiseLinearBatchTime
 from fairserve.core.errors import ConfigError, UnknownNameError
 
 SOURCES = ("measured", "derived-from-published-data", "synthetic")
+FIT_TIMINGS = ("engine", "client")
+"""How measured step times were taken (``fairserve profile``): the worker's own step
+counters, or client-side timing (server latency and streamed token arrivals)."""
 DEFAULT_PROFILE = "a100-llama-3-8b"
 PROFILES_ENV = "FAIRSERVE_PROFILES_DIR"
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles"
@@ -58,6 +61,7 @@ _FIELDS = (
     _Field("profile", "model", "model", "str"),
     _Field("profile", "engine", "engine", "str"),
     _Field("profile", "engine_version", "engine_version", "str", required=False),
+    _Field("profile", "driver_version", "driver_version", "str", required=False),
     _Field("profile", "date", "date", "str"),
     _Field("profile", "source", "source", "str"),
     _Field("profile", "provenance", "provenance", "str"),
@@ -72,7 +76,10 @@ _FIELDS = (
     _Field("capacity", "max_running_requests", "max_running_requests", "int", False, _POSITIVE),
     _Field("fit", "r2", "fit_r2", "float", bounds=_UNIT),
     _Field("fit", "points", "fit_points", "int"),
+    _Field("fit", "timing", "fit_timing", "str", required=False),
+    _Field("fit", "rms_residual_s", "fit_rms_residual_s", "float", required=False),
     _Field("energy", "joules_per_token", "joules_per_token", "float", False, _POSITIVE),
+    _Field("energy", "mean_power_w", "mean_power_w", "float", False, _POSITIVE),
 )
 _TABLES = ("profile", "batch_time", "capacity", "fit", "energy")
 # [fit] is absent for synthetic profiles (nothing was fitted) and [energy] where unmeasured.
@@ -99,10 +106,14 @@ class Profile:
     max_batch_tokens: int
     tensor_parallel: int = 1
     engine_version: str | None = None
+    driver_version: str | None = None
     max_running_requests: int | None = None
     fit_r2: float | None = None
     fit_points: int | None = None
+    fit_timing: str | None = None
+    fit_rms_residual_s: float | None = None
     joules_per_token: float | None = None
+    mean_power_w: float | None = None
     # Where it was read from; not part of the profile's value (a copy elsewhere is equal).
     path: Path | None = dataclasses.field(default=None, compare=False)
 
@@ -262,6 +273,14 @@ def _validate(profile: Profile, label: str) -> None:
         ) from None
     if (profile.fit_r2 is None) != (profile.fit_points is None):
         raise ConfigError(f"{label}: fit: expected both r2 and points, or no [fit] table")
+    extras = (profile.fit_timing, profile.fit_rms_residual_s)
+    if profile.fit_r2 is None and any(value is not None for value in extras):
+        raise ConfigError(f"{label}: fit: timing and rms_residual_s need r2 and points too")
+    if profile.fit_timing is not None and profile.fit_timing not in FIT_TIMINGS:
+        raise ConfigError(
+            f"{label}: fit.timing: expected one of {', '.join(FIT_TIMINGS)}, "
+            f"got {profile.fit_timing!r}"
+        )
     if profile.c_s + profile.step_overhead_s <= 0:
         raise ConfigError(
             f"{label}: batch_time.c_s: expected c_s + step_overhead_s > 0 "
