@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -173,5 +174,139 @@ def test_sglang_without_model_is_usage(run_cli: RunCli, env: dict[str, str]) -> 
 
 
 def test_sglang_missing_is_an_error(run_cli: RunCli, env: dict[str, str]) -> None:
-    # exit 1 whether SGLang is absent ("not installed") or present ("not available yet")
-    _fails(run_cli, env, 1, "SGLang", "--engine", "sglang", "--model", "m", "--port", "0")
+    # exit 1: SGLang absent here, or (where it is installed) no GPU to run it on
+    result = run_cli("launch", "--engine", "sglang", "--model", "m", "--port", "0", env=env)
+    assert result.returncode == 1, result.stderr
+    assert "SGLang is not installed" in result.stderr or "no NVIDIA GPU" in result.stderr
+    assert "Traceback" not in result.stderr and not leftovers(env)
+
+
+SGLANG_DRY_RUN = ("launch", "--engine", "sglang", "--model", "org/model", "--gpus", "0,1",
+                  "--quantum", "128", "--dry-run")  # fmt: skip
+
+
+def test_sglang_dry_run_prints_commands_and_environment(
+    run_cli: RunCli, env: dict[str, str]
+) -> None:
+    result = run_cli(*SGLANG_DRY_RUN, "--", "--mem-fraction-static", "0.8", env=env)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if line.startswith("env ")]
+    assert len(commands) == 2
+    for gpu, words in enumerate(commands):
+        split = words.index("-m") - 1  # the interpreter; before it: env -u NAME NAME=VALUE...
+        variables = dict(w.split("=", 1) for w in words[1:split] if "=" in w)
+        argv = words[split:]
+        assert variables["CUDA_VISIBLE_DEVICES"] == str(gpu)
+        assert variables["SGLANG_PLUGINS"] == "fairserve"
+        assert variables["FAIRSERVE_POLICY"] == "dlpm" and variables["FAIRSERVE_QUANTUM"] == "128"
+        assert variables["FAIRSERVE_EXTENSION_PORT"].isdigit()
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        assert argv[argv.index("--model-path") + 1] == "org/model"
+        assert "--enable-metrics" in argv and argv[-2:] == ["--mem-fraction-static", "0.8"]
+    assert "# router" in result.stdout and "policy dlpm, dispatch doubleq" in result.stdout
+    assert not leftovers(env)
+    assert not Path(env["XDG_RUNTIME_DIR"], "fairserve", "run.json").exists()
+
+
+def test_sglang_dry_run_json(run_cli: RunCli, env: dict[str, str]) -> None:
+    result = run_cli(*SGLANG_DRY_RUN, "--tp", "2", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["engine"] == "sglang" and plan["ready_timeout_s"] == 900
+    (worker,) = plan["workers"]
+    assert worker["gpus"] == [0, 1] and worker["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert worker["argv"][worker["argv"].index("--tp-size") + 1] == "2"
+    assert plan["router"]["worker_urls"] == [worker["url"]]
+    assert plan["router"]["extension_urls"] == {worker["url"]: worker["extension_url"]}
+    assert worker["env"]["FAIRSERVE_ADMIN_TOKEN"].startswith("<")  # never a real secret
+
+
+def test_sim_dry_run_shows_the_simulated_workers(
+    run_cli: RunCli, env: dict[str, str], tmp_path: Path
+) -> None:
+    profile = str(write_profile(tmp_path))
+    result = run_cli("launch", "--engine", "sim", "--profile", profile, "--dry-run", "--json",
+                     env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["engine"] == "sim" and len(plan["workers"]) == 2
+    assert all(w["argv"][1:4] == ["-m", "fairserve", "worker"] for w in plan["workers"])
+    assert plan["router"]["extension_urls"] == {}
+
+
+def test_sglang_only_options_are_refused_for_sim(run_cli: RunCli, env: dict[str, str]) -> None:
+    _fails(run_cli, env, 2, "--tp: applies to --engine sglang",
+           "--engine", "sim", "--tp", "2", "--dry-run")  # fmt: skip
+    _fails(run_cli, env, 2, "-- SGLANG_ARGS: applies to --engine sglang",
+           "--engine", "sim", "--dry-run", "--", "--foo")  # fmt: skip
+
+
+STAND_IN_SGLANG = """
+# A stand-in for ``python -m sglang.launch_server`` (no GPU here): it records what it was
+# started with, serves the fairserve extension from its environment the way the plugin
+# does inside SGLang's scheduler, and a simulated worker on --port in place of the model.
+import json, os, sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from fairserve.commands.app import run
+from fairserve.sglang.config import config_from_env
+from fairserve.sglang.extension import ExtensionServer
+from fairserve.sglang.hooks import make_host
+
+args = sys.argv[1:]
+port = args[args.index("--port") + 1]
+record = {k: v for k, v in os.environ.items() if k.startswith(("FAIRSERVE_", "SGLANG_", "CUDA_"))}
+Path(os.environ["STAND_IN_RECORD"], port + ".json").write_text(json.dumps([args, record]))
+config = config_from_env(os.environ)
+host = make_host(config, SimpleNamespace(max_total_num_tokens=4096), SimpleNamespace())
+ExtensionServer(host, config.extension_host, config.extension_port, config.admin_token).start()
+sys.exit(run(["worker", "--host", args[args.index("--host") + 1], "--port", port,
+              "--speed", "50", "--profile", os.environ["STAND_IN_PROFILE"]]))
+"""
+
+
+def test_sglang_launch_with_a_stand_in_engine(
+    run_cli: RunCli, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The whole launch path of --engine sglang without a GPU: per-GPU environment, the
+    plugin's settings, health wait, router, extension on the side port, stop."""
+    package = tmp_path / "stand_in" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(STAND_IN_SGLANG)
+    records = tmp_path / "records"
+    records.mkdir()
+    env = {**env, "PYTHONPATH": str(tmp_path / "stand_in"), "STAND_IN_RECORD": str(records),
+           "STAND_IN_PROFILE": str(write_profile(tmp_path))}  # fmt: skip
+    launched = run_cli("launch", "--detach", "--engine", "sglang", "--model", "org/model",
+                       "--gpus", "0,1", "--quantum", "64", "--port", "0", "--ready-timeout",
+                       "40", env=env)  # fmt: skip
+    try:
+        assert launched.returncode == 0, launched.stderr
+        url = launched.stdout.strip()
+        status, answer = http_json(url + "/v1/completions", COMPLETION)
+        assert status == 200 and answer["usage"]["completion_tokens"] == 4
+        run_file = json.loads(Path(env["XDG_RUNTIME_DIR"], "fairserve", "run.json").read_text())
+        assert run_file["engine"] == "sglang"
+        started = [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))]
+        assert sorted(r["CUDA_VISIBLE_DEVICES"] for _, r in started) == ["0", "1"]
+        for argv, variables in started:
+            assert (
+                "--enable-metrics" in argv and argv[argv.index("--model-path") + 1] == "org/model"
+            )
+            assert variables["SGLANG_PLUGINS"] == "fairserve"
+            assert (
+                variables["FAIRSERVE_POLICY"] == "dlpm" and variables["FAIRSERVE_QUANTUM"] == "64"
+            )
+            assert variables["FAIRSERVE_ADMIN_TOKEN"] == run_file["admin_token"]
+            extension = f"http://127.0.0.1:{variables['FAIRSERVE_EXTENSION_PORT']}"
+            status, state = http_json(extension + "/fairserve/worker/state")
+            assert status == 200 and state["policy"]["quantum"] == 64
+        logs = [Path(w["log"]) for w in run_file["workers"]]
+        assert all(log.exists() for log in logs)
+        assert run_cli("stop", env=env).returncode == 0
+        assert not leftovers(env)
+    finally:
+        for proc in leftovers(env):
+            proc.kill()

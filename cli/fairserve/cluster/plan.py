@@ -12,10 +12,10 @@ import json
 import secrets
 import socket
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from fairserve.cluster.engine import check_sglang, detect
+from fairserve.cluster.engine import check_sglang, detect, gpu_groups, parse_gpu_ids
 from fairserve.core.errors import ConfigError
 from fairserve.router.config import RouterConfig, check_url, load_clients
 from fairserve.router.server import bind
@@ -31,8 +31,10 @@ class LaunchOptions:
     them in a file)."""
 
     engine: str | None = None
-    workers: int = 2
+    workers: int | None = None
+    """None: two simulated workers, or one SGLang server per ``tp`` GPUs."""
     gpus: str | None = None
+    tp: int = 1
     model: str | None = None
     policy: str = "dlpm"
     dispatch: str = "doubleq"
@@ -46,6 +48,9 @@ class LaunchOptions:
     record: str | None = None
     speed: float = 1.0
     ready_timeout_s: float = 60.0
+    """``launch`` passes :func:`default_ready_timeout_s` unless ``--ready-timeout`` is given."""
+    sglang_args: list[str] = field(default_factory=list)
+    """Extra ``sglang.launch_server`` arguments (after ``--`` on the command line)."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -55,17 +60,35 @@ class LaunchOptions:
         return cls(**json.loads(path.read_text(encoding="utf-8")))
 
 
+SIM_WORKERS = 2
+SIM_READY_TIMEOUT_S = 60.0
+SGLANG_READY_TIMEOUT_S = 900.0
+"""SGLang loads the weights and captures CUDA graphs before ``/health`` answers."""
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
-    """One local worker: its name, port and the command that starts it."""
+    """One local worker: its name, port, the command that starts it and the environment it
+    adds (SGLang: its GPUs and the plugin's settings)."""
 
     name: str
     port: int
     argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    extension_port: int | None = None
+    """SGLang workers serve the fairserve extension on this side port."""
+    gpus: tuple[int, ...] = ()
 
     @property
     def url(self) -> str:
         return f"http://{WORKER_HOST}:{self.port}"
+
+    @property
+    def extension_url(self) -> str:
+        """Where the fairserve extension answers (the worker URL itself for sim workers)."""
+        if self.extension_port is None:
+            return self.url
+        return f"http://{WORKER_HOST}:{self.extension_port}"
 
 
 @dataclass(frozen=True)
@@ -77,13 +100,27 @@ class LaunchPlan:
     router: RouterConfig
     ready_timeout_s: float
 
+    @property
+    def extension_urls(self) -> dict[str, str]:
+        """Worker URL → extension URL, for workers that serve it on a side port (SGLang).
+        The router needs it to read state, quanta and evictions there."""
+        return {w.url: w.extension_url for w in self.workers if w.extension_port is not None}
 
-def build_plan(options: LaunchOptions) -> LaunchPlan:
-    """Validate ``options`` and pick ports; raises ConfigError/FairserveError, starts nothing."""
+
+def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
+    """Validate ``options`` and pick ports; raises ConfigError/FairserveError, starts nothing.
+
+    ``dry_run`` (``launch --dry-run``) plans without requiring SGLang on this machine and
+    without checking that the router's port is free: it only shows what would run."""
     _check_numbers(options)
     remote = tuple(check_url(u) for u in options.worker_urls)
-    engine, notice = _engine(options, remote)
-    specs = () if remote else _worker_specs(options)
+    engine, notice = _engine(options, remote, dry_run)
+    if remote:
+        specs: tuple[WorkerSpec, ...] = ()
+    elif engine == "sglang":
+        specs = _sglang_specs(options)
+    else:
+        specs = _worker_specs(options)
     keys, weights = load_clients(options.clients) if options.clients else ({}, {})
     router = RouterConfig(
         worker_urls=remote or tuple(s.url for s in specs),
@@ -99,13 +136,24 @@ def build_plan(options: LaunchOptions) -> LaunchPlan:
         trace_path=options.record,
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
-    check_port_free(options.host, options.port)
+    if not dry_run:
+        check_port_free(options.host, options.port)
     return LaunchPlan(engine, notice, specs, remote, router, options.ready_timeout_s)
 
 
+def default_ready_timeout_s(engine: str | None, model: str | None) -> float:
+    """How long a worker may take to answer ``/health`` when ``--ready-timeout`` is not
+    given: SGLang loads weights and captures CUDA graphs first (minutes for large models)."""
+    if engine is None and model:
+        engine = detect(model).engine
+    return SGLANG_READY_TIMEOUT_S if engine == "sglang" else SIM_READY_TIMEOUT_S
+
+
 def _check_numbers(options: LaunchOptions) -> None:
-    if options.workers < 1:
+    if options.workers is not None and options.workers < 1:
         raise ConfigError(f"--workers: expected a positive integer, got {options.workers}")
+    if options.tp < 1:
+        raise ConfigError(f"--tp: expected a positive integer, got {options.tp}")
     if not options.speed > 0:
         raise ConfigError(f"--speed: expected a positive number, got {options.speed}")
     if not options.ready_timeout_s > 0:
@@ -113,35 +161,54 @@ def _check_numbers(options: LaunchOptions) -> None:
             f"--ready-timeout: expected a positive number, got {options.ready_timeout_s}"
         )
     if options.gpus is not None:
-        ids = options.gpus.split(",")
-        if not all(i.strip().isdigit() for i in ids):
-            raise ConfigError(f"--gpus: expected GPU ids like 0,1,2, got {options.gpus!r}")
+        parse_gpu_ids(options.gpus)
 
 
-def _engine(options: LaunchOptions, remote: tuple[str, ...]) -> tuple[str, str | None]:
+def _engine(
+    options: LaunchOptions, remote: tuple[str, ...], dry_run: bool = False
+) -> tuple[str, str | None]:
     """The engine, and a notice when it was picked for the user (none for remote workers:
     no local engine runs)."""
+    sglang_only = _sglang_only_options(options)
     if remote:
-        if options.engine == "sglang" or options.gpus:
-            raise ConfigError("--worker-url: workers are started elsewhere; drop --engine/--gpus")
+        if options.engine == "sglang" or sglang_only:
+            raise ConfigError(
+                "--worker-url: workers are started elsewhere; drop --engine/"
+                + "/".join(sglang_only or ["--gpus"])
+            )
         return "remote", None
     engine, notice = options.engine, None
     if engine is None:
         choice = detect(options.model)
         engine, notice = choice.engine, choice.notice
     if engine == "sglang":
-        check_sglang(options.model)
+        check_sglang(options.model, installed=not dry_run)
+        return engine, notice
     if engine != "sim":
         raise ConfigError(f"--engine: expected sim or sglang, got {engine!r}")
-    if options.gpus is not None:
-        raise ConfigError("--gpus: applies to --engine sglang; simulated workers use no GPU")
+    if sglang_only:
+        raise ConfigError(
+            f"{sglang_only[0]}: applies to --engine sglang; simulated workers use no GPU"
+        )
     return engine, notice
+
+
+def _sglang_only_options(options: LaunchOptions) -> list[str]:
+    """The options given that only an SGLang launch uses."""
+    given = []
+    if options.gpus is not None:
+        given.append("--gpus")
+    if options.tp != 1:
+        given.append("--tp")
+    if options.sglang_args:
+        given.append("-- SGLANG_ARGS")
+    return given
 
 
 def _worker_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
     profile = _profile_arg(options.profile)
     specs = []
-    for i, port in enumerate(free_ports(options.workers)):
+    for i, port in enumerate(free_ports(options.workers or SIM_WORKERS)):
         argv = [sys.executable, "-m", "fairserve", "worker", "--host", WORKER_HOST]
         argv += ["--port", str(port), "--policy", options.policy, "--speed", f"{options.speed:g}"]
         argv += ["--profile", profile] if profile else []
@@ -150,6 +217,64 @@ def _worker_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
         specs.append(WorkerSpec(f"worker-{i}", port, tuple(argv)))
     _check_worker_policy(options, profile)
     return tuple(specs)
+
+
+RESERVED_SGLANG_FLAGS = {
+    "--model-path": "--model", "--model": "--model", "--host": "(loopback)",
+    "--port": "(a free port)", "--tp-size": "--tp", "--tensor-parallel-size": "--tp",
+    "--dp-size": "--gpus/--tp (one server per GPU group)",
+    "--dp": "--gpus/--tp (one server per GPU group)",
+}  # fmt: skip
+"""SGLang flags the launcher sets itself (value: the fairserve option to use instead)."""
+
+
+def _sglang_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
+    """One ``python -m sglang.launch_server`` per GPU group, with the plugin configured.
+
+    ``--schedule-policy lpm`` (unless given after ``--``) makes SGLang match every waiting
+    request's prefix before the plugin orders the queue, so the policy's LPM order and
+    extend charges see the real cache; ``--enable-metrics`` keeps SGLang's Prometheus
+    gauges for ``fairserve top``."""
+    from fairserve.sglang.config import PluginConfig, build_policy, plugin_env
+    from fairserve.sglang.targets import LAUNCH_MODULE, launch_flag
+
+    _check_sglang_args(options.sglang_args)
+    config = PluginConfig(policy=options.policy, quantum=options.quantum)
+    build_policy(config)  # unknown or unsupported policies, quanta without a quantum
+    groups = gpu_groups(options.gpus, options.tp, options.workers)
+    ports = free_ports(2 * len(groups))
+    model = str(options.model)
+    if Path(model).exists():
+        model = str(Path(model).resolve())
+    specs = []
+    for i, gpus in enumerate(groups):
+        port, extension_port = ports[2 * i], ports[2 * i + 1]
+        argv = [sys.executable, "-m", LAUNCH_MODULE, launch_flag("model_path"), model]
+        argv += [launch_flag("host"), WORKER_HOST, launch_flag("port"), str(port)]
+        argv += [launch_flag("tp_size"), str(options.tp), launch_flag("enable_metrics")]
+        if not _has_flag(options.sglang_args, launch_flag("schedule_policy")):
+            argv += [launch_flag("schedule_policy"), "lpm"]
+        argv += options.sglang_args
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+        env.update(plugin_env(replace(config, extension_port=extension_port)))
+        specs.append(
+            WorkerSpec(f"worker-{i}", port, tuple(argv), tuple(env.items()), extension_port, gpus)
+        )
+    return tuple(specs)
+
+
+def _check_sglang_args(args: list[str]) -> None:
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in RESERVED_SGLANG_FLAGS:
+            raise ConfigError(
+                f"-- {flag}: fairserve launch sets it for each worker; use "
+                f"{RESERVED_SGLANG_FLAGS[flag]} instead"
+            )
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def _profile_arg(profile: str | None) -> str | None:

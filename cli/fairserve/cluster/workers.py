@@ -62,7 +62,7 @@ class ManagedWorker:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env={**self.env, **dict(self.spec.env)},
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
@@ -127,7 +127,29 @@ class ManagedWorker:
 
 def worker_env(admin_token: str) -> dict[str, str]:
     """The workers' environment: the admin token by variable, never on the command line
-    (``ps`` shows arguments to every user)."""
-    env = {**os.environ, "FAIRSERVE_ADMIN_TOKEN": admin_token, "NO_COLOR": "1"}
+    (``ps`` shows arguments to every user). Each worker adds its spec's variables (SGLang:
+    its GPUs and the plugin's settings)."""
+    env = {**os.environ, **_added_env(admin_token)}
     env.pop("FAIRSERVE_DEBUG", None)
     return env
+
+
+def _added_env(admin_token: str) -> dict[str, str]:
+    return {"FAIRSERVE_ADMIN_TOKEN": admin_token, "NO_COLOR": "1"}
+
+
+HIDDEN_TOKEN = "<admin token, generated at launch>"
+
+
+def describe(spec: WorkerSpec) -> dict[str, object]:
+    """What ``launch`` would run for ``spec`` (``--dry-run``): the command and every variable
+    fairserve sets on top of its own environment, the admin token shown as a placeholder."""
+    return {
+        "name": spec.name,
+        "url": spec.url,
+        "extension_url": spec.extension_url,
+        "gpus": list(spec.gpus),
+        "argv": list(spec.argv),
+        "env": {**dict(spec.env), **_added_env(HIDDEN_TOKEN)},
+        "unset_env": ["FAIRSERVE_DEBUG"],
+    }

@@ -9,9 +9,10 @@ stop`` find it through the run file. Heavy imports happen inside the command.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,7 +20,7 @@ from fairserve.commands.options import registry_option
 from fairserve.commands.output import Output
 
 if TYPE_CHECKING:
-    from fairserve.cluster.plan import LaunchOptions
+    from fairserve.cluster.plan import LaunchOptions, LaunchPlan
 
 ENGINES = ("sim", "sglang")
 """``fairserve.cluster.engine.ENGINES`` (kept equal by a test)."""
@@ -43,11 +44,24 @@ def launch(
             show_default=False,
         ),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Local workers to start.")] = 2,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Local workers to start (sim: 2; sglang: one per --tp GPUs).",
+            show_default=False,
+        ),
+    ] = None,
     gpus: Annotated[
         str | None,
-        typer.Option("--gpus", metavar="IDS", help="GPU ids for SGLang workers, e.g. 0,1."),
+        typer.Option(
+            "--gpus", metavar="IDS", help="GPU ids for SGLang workers, e.g. 0,1 (default: all)."
+        ),
     ] = None,
+    tp: Annotated[
+        int, typer.Option("--tp", min=1, help="GPUs per SGLang worker (tensor parallelism).")
+    ] = 1,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model to serve (required by sglang; sim: name shown)."),
@@ -97,14 +111,30 @@ def launch(
         float, typer.Option("--speed", help="Sim workers: simulated seconds per wall second.")
     ] = 1.0,
     ready_timeout: Annotated[
-        float,
-        typer.Option("--ready-timeout", help="Seconds each worker has to become healthy."),
-    ] = 60.0,
+        float | None,
+        typer.Option(
+            "--ready-timeout",
+            help="Seconds each worker has to become healthy (sim: 60; sglang: 900).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the worker commands and environment; start nothing."),
+    ] = False,
     json_output: Annotated[
-        bool, typer.Option("--json", help="With --detach: print the run info as JSON.")
+        bool, typer.Option("--json", help="With --detach or --dry-run: print JSON.")
     ] = False,
     supervise: Annotated[
         str | None, typer.Option("--supervise", hidden=True, metavar="RUNDIR")
+    ] = None,
+    sglang_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- SGLANG_ARGS...]",
+            help="Extra arguments for every sglang.launch_server (after --).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Start workers and the fair router (foreground; --detach to background).
@@ -112,22 +142,32 @@ def launch(
     Workers are restarted with backoff if they crash; Ctrl-C or SIGTERM stops everything
     cleanly. The run file (router URL, admin token, workers) lets status, stop, top and
     tune find the service. With --detach, prints the router URL and returns once it serves.
+
+    With --engine sglang, one SGLang server runs per group of --tp GPUs (--gpus, default
+    all), each with the fairserve plugin running --policy inside its scheduler and the
+    fairserve extension on a side port; arguments after -- go to every server.
+    --dry-run prints the exact commands and environment instead.
     """
-    from fairserve.cluster.plan import LaunchOptions
+    from fairserve.cluster.plan import LaunchOptions, default_ready_timeout_s
 
     if supervise is not None:
         from fairserve.cluster.run import run_detached_child
 
         run_detached_child(Path(supervise))
         return
+    if ready_timeout is None:
+        ready_timeout = default_ready_timeout_s(engine, model)
     options = LaunchOptions(
-        engine=engine, workers=workers, gpus=gpus, model=model, policy=policy,
+        engine=engine, workers=workers, gpus=gpus, tp=tp, model=model, policy=policy,
         dispatch=dispatch, quantum=quantum, worker_quantum=worker_quantum,
         profile=profile, clients=clients, host=host, port=port,
         worker_urls=list(worker_url or []), record=record, speed=speed,
-        ready_timeout_s=ready_timeout,
+        ready_timeout_s=ready_timeout, sglang_args=list(sglang_args or []),
     )  # fmt: skip
     out = Output(json_mode=json_output)
+    if dry_run:
+        _dry_run(options, out)
+        return
     if detach:
         _detach(options, out)
         return
@@ -155,3 +195,62 @@ def _detach(options: LaunchOptions, out: Output) -> None:
         typer.echo(info.router_url)
     out.note(f"fairserve is running in the background (logs in {info.run_dir}); "
              "fairserve status shows it, fairserve stop stops it")  # fmt: skip
+
+
+def _dry_run(options: LaunchOptions, out: Output) -> None:
+    """Plan as a launch would, print it, start nothing (any machine: SGLang not required)."""
+    from fairserve.cluster.engine import sglang_installed
+    from fairserve.cluster.plan import build_plan
+
+    plan = build_plan(options, dry_run=True)
+    if plan.notice:
+        out.note(plan.notice)
+    if plan.engine == "sglang" and not sglang_installed():
+        out.warn("SGLang is not installed here; the commands need pip install 'fairserve[sglang]'")
+    description = describe_plan(plan)
+    out.data(description)
+    if not out.json_mode:
+        out.stdout.write(_as_shell(description))
+        out.stdout.flush()
+
+
+def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
+    """``--dry-run --json``: the workers' commands and environment, and the router."""
+    from fairserve.cluster.workers import describe
+
+    cfg = plan.router
+    return {
+        "engine": plan.engine,
+        "workers": [describe(spec) for spec in plan.workers],
+        "remote_workers": list(plan.remote_urls),
+        "router": {
+            "url": f"http://{cfg.host}:{cfg.port}",
+            "policy": cfg.policy,
+            "dispatch": cfg.dispatch,
+            "quantum": cfg.quantum,
+            "worker_quantum": cfg.worker_quantum,
+            "worker_urls": list(cfg.worker_urls),
+            "extension_urls": plan.extension_urls,
+        },
+        "ready_timeout_s": plan.ready_timeout_s,
+    }
+
+
+def _as_shell(description: dict[str, Any]) -> str:
+    """One copy-pastable ``env ... command`` line per worker, then the router."""
+    lines = []
+    for worker in description["workers"]:
+        gpus = ",".join(map(str, worker["gpus"]))
+        where = f"{worker['url']}" + (f", GPUs {gpus}" if gpus else "")
+        if worker["extension_url"] != worker["url"]:
+            where += f", fairserve extension {worker['extension_url']}"
+        lines.append(f"# {worker['name']}: {where}")
+        assignments = [f"{k}={shlex.quote(v)}" for k, v in worker["env"].items()]
+        unset = [f"-u {name}" for name in worker["unset_env"]]
+        lines.append(" ".join(["env", *unset, *assignments, shlex.join(worker["argv"])]))
+    router = description["router"]
+    lines.append(
+        f"# router (in this process): {router['url']}, policy {router['policy']}, "
+        f"dispatch {router['dispatch']}, workers {' '.join(router['worker_urls'])}"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,297 @@
+"""The scheduling core hosted inside one SGLang scheduler process.
+
+:class:`PolicyHost` turns what SGLang's scheduler does into the local-policy events of
+DESIGN §2, and nothing else: arrival (``on_arrival``), a batching decision (the policy's own
+``select``, one ``can_fit`` per ``add_one_req``), the real extend charge
+(``correct_extend`` when SGLang's prefix match at admission differs from the one the policy
+was told), a decode charge per produced token, finish, abort and retraction. It reads SGLang
+objects only through the duck-typed fields of :mod:`fairserve.sglang.requests`, so the tests
+drive it with fakes shaped like SGLang's.
+
+Clock: the number of batch results processed. Every tensor-parallel rank runs its own host
+and must decide exactly like the others; wall-clock time differs between processes, the
+step count does not. Justitia counts virtual time in steps (``steps_per_s = 1``).
+
+Threads: the scheduler thread calls every event; the extension's HTTP thread reads
+snapshots. One lock covers the policy. A decision left open (SGLang's loop stopped for its
+own reasons) is closed by the next event, before the policy sees anything else.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.types import Request
+from fairserve.sched.local.base import LocalPolicy
+from fairserve.sched.params import QUANTUM
+from fairserve.sglang.config import PluginConfig
+from fairserve.sglang.control import ControlChannel, SetQuantum
+from fairserve.sglang.decision import Decision
+from fairserve.sglang.evictions import EvictionFeed
+from fairserve.sglang.requests import (
+    EngineCounters,
+    ReqLike,
+    RequestTable,
+    State,
+    Tracked,
+    is_abort,
+    real_extend_tokens,
+    to_request,
+)
+from fairserve.sglang.stepped import CanFit, SelectThread, SteppedSelect
+
+
+class PolicyHost:
+    """One local policy driven by one SGLang scheduler (one rank)."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        policy: LocalPolicy,
+        results: Any,
+        *,
+        model_name: str | None = None,
+        kv_capacity_tokens: int | None = None,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.results = results
+        """SGLang's ``AddReqResult`` enum (members CONTINUE, NO_TOKEN, OTHER)."""
+        self.model_name = model_name
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.lock = threading.RLock()
+        self.table = RequestTable()
+        self.counters = EngineCounters()
+        self.evictions = EvictionFeed()
+        self.controls = ControlChannel()
+        self.decision: Decision | None = None
+        self.last_ticket = 0
+        self._select_thread = SelectThread()
+
+    @property
+    def now(self) -> float:
+        return float(self.counters.steps)
+
+    # ------------------------------------------------------------ arrivals
+    def on_queued(self, sreq: ReqLike) -> None:
+        """A request entered SGLang's waiting queue: a new arrival, or a running request
+        sent back (retraction, priority preemption) — that is no new arrival."""
+        with self.lock:
+            self._close_decision()
+            tracked = self.table.get(sreq.rid)
+            if tracked is None:
+                self._arrive(sreq)
+            elif tracked.state is State.RUNNING:
+                tracked.state = State.WAITING
+                self.policy.on_retract(tracked.req, self.now)
+                self.counters.retracted += 1
+
+    def _arrive(self, sreq: ReqLike) -> Tracked:
+        req = to_request(sreq, self.now)
+        self.policy.on_arrival(req, self.now)
+        return self.table.add(req)
+
+    # ------------------------------------------------------------ one decision
+    def begin_decision(self, waiting: list[Any]) -> None:
+        """``calc_priority`` ran: start the policy's ``select`` over the waiting requests and
+        put the first one it asks about at the front of SGLang's list.
+
+        ``match_len`` is SGLang's ``prefix_len`` as its prefix matching left it; requests
+        that left the queue without being admitted were aborted while waiting."""
+        with self.lock:
+            self._close_decision()
+            self._reconcile(waiting)
+            candidates: list[Tracked] = []
+            origin: dict[int, Any] = {}
+            matched: dict[int, int] = {}
+            for sreq in waiting:
+                tracked = self.table.get(sreq.rid) or self._arrive(sreq)
+                if tracked.state is not State.WAITING:
+                    continue
+                candidates.append(tracked)
+                origin[id(tracked.req)] = sreq
+                matched[id(tracked.req)] = max(0, int(sreq.prefix_len))
+            if not candidates:
+                return
+            candidates.sort(key=lambda t: t.seq)
+            requests = [t.req for t in candidates]
+            now, policy = self.now, self.policy
+
+            def select(can_fit: CanFit) -> list[Request]:
+                return policy.select(requests, can_fit, lambda r: matched[id(r)], now)
+
+            step = SteppedSelect(select, self._select_thread)
+            self.decision = Decision(waiting, origin, matched, step)
+            self.decision.bring_forward(-1)
+
+    def _reconcile(self, waiting: list[Any]) -> None:
+        """Requests the policy counts as waiting that left SGLang's queue without being
+        admitted were aborted there (client gone, queue limit, timeout)."""
+        present = {str(s.rid) for s in waiting}
+        for tracked in self.table.waiting():
+            if tracked.req.id not in present:
+                self._abort(tracked, was_waiting=True)
+
+    def admit(self, original: Callable[[], Any], adder: Any, sreq: ReqLike) -> Any:
+        """``PrefillAdder.add_one_req`` for ``sreq``: offer it to the engine only when the
+        policy asks about it, and tell the loop whether to go on.
+
+        Work conservation: a request the policy wanted but that does not fit the memory left
+        is skipped and the loop continues (``CONTINUE``) while the adder has budget left;
+        the loop stops when the budget is spent or the policy has nothing more to ask."""
+        results = self.results
+        with self.lock:
+            decision = self.decision
+            tracked = self.table.get(sreq.rid)
+            if decision is None or tracked is None or tracked.state is not State.WAITING:
+                return original()  # not part of a policy decision: SGLang's own rules
+            position = decision.locate(sreq)
+            if position < 0:  # not in the list SGLang iterates: treat it as the current slot
+                position = decision.cursor
+            if not decision.skip_to(tracked.req):
+                self._close_decision()
+                return results.OTHER
+            result = original()
+            admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is sreq
+            if admitted:
+                self._admitted(decision, tracked, sreq)
+            decision.answer(admitted, position)
+            if result == results.CONTINUE:
+                return result
+            if (
+                not admitted
+                and result == results.NO_TOKEN
+                and adder.budget_state() == results.CONTINUE
+                and not _holds_mamba(sreq)
+            ):
+                return results.CONTINUE  # too large for what is left: try the others
+            self._close_decision()
+            return result
+
+    def _admitted(self, decision: Decision, tracked: Tracked, sreq: ReqLike) -> None:
+        tracked.state = State.RUNNING
+        req, extend = tracked.req, real_extend_tokens(sreq)
+        req.cached_tokens = max(0, req.input_tokens - extend)
+        req.admit_s = self.now
+        decision.admitted.append((req, extend))
+        self.counters.admit(req.input_tokens, extend)
+
+    def _close_decision(self) -> None:
+        """End the open decision; then charge the real extend where SGLang's match at
+        admission differs from the match the policy was told (host-cache load-backs,
+        queues too long for SGLang to match, retractions recomputing outputs)."""
+        decision, self.decision = self.decision, None
+        if decision is None:
+            return
+        decision.close()
+        for req, extend in decision.admitted:
+            expected = max(0, req.input_tokens - decision.matched[id(req)])
+            if extend != expected:
+                self.policy.correct_extend(req, extend)
+
+    # ------------------------------------------------------------ step results
+    def on_batch_result(
+        self,
+        reqs: list[Any],
+        waiting: list[Any] | None = None,
+        launched_s: float | None = None,
+        done_s: float | None = None,
+    ) -> None:
+        """A forward step ended: charge every token produced (a prefill's first token, one
+        per decode step, several with speculative decoding), then finishes and aborts;
+        ``waiting`` (SGLang's queue) settles requests aborted while waiting. The step ran
+        from ``launched_s`` to ``done_s`` (monotonic seconds) for the busy time."""
+        with self.lock:
+            self._close_decision()
+            if waiting is not None:
+                self._reconcile(waiting)
+            self.counters.steps += 1
+            if launched_s is not None and done_s is not None:
+                self.counters.busy(launched_s, done_s)
+            now = self.now
+            produced: dict[int, list[Request]] = {}
+            ended: list[tuple[Tracked, bool]] = []
+            for sreq in reqs:
+                tracked = self.table.get(sreq.rid)
+                if tracked is None or tracked.state is not State.RUNNING:
+                    continue
+                req = tracked.req
+                count = len(sreq.output_ids)
+                if count > req.output_tokens:
+                    produced.setdefault(count - req.output_tokens, []).append(req)
+                    self.counters.decode_tokens += count - req.output_tokens
+                req.output_tokens = count
+                if sreq.finished():
+                    ended.append((tracked, is_abort(sreq)))
+            for steps, group in sorted(produced.items()):
+                if steps == 1:
+                    self.policy.on_decode_step(group, now)
+                else:
+                    self.policy.on_decode_steps(group, steps, now)
+            for tracked, aborted in ended:
+                if aborted:
+                    self._abort(tracked, was_waiting=False)
+                else:
+                    tracked.req.finish_s = now
+                    self.policy.on_finish(tracked.req, now)
+                    self.table.forget(tracked.req.id)
+                    self.counters.finished += 1
+
+    def _abort(self, tracked: Tracked, was_waiting: bool) -> None:
+        self.policy.on_abort(tracked.req, self.now, was_waiting=was_waiting)
+        self.table.forget(tracked.req.id)
+        self.counters.aborted += 1
+
+    # ------------------------------------------------------------ live control
+    def check_quantum(self, quantum: object) -> float:
+        """Validate a new ``Q^u`` now (the HTTP thread answers 400 at once)."""
+        if isinstance(quantum, bool) or not isinstance(quantum, int | float):
+            raise ConfigError(f"quantum: expected a positive number, got {quantum!r}")
+        with self.lock:
+            if self.policy.quantum is None:
+                raise ConfigError(f"policy {self.policy.name} has no quantum")
+            value: float = QUANTUM.validate(f"policy {self.policy.name}", quantum)
+        return float(value)
+
+    def apply_controls(self, messages: list[SetQuantum]) -> None:
+        """Apply broadcast changes (every rank, same iteration, before its requests)."""
+        with self.lock:
+            self._close_decision()
+            for message in sorted(messages, key=lambda m: m.ticket):
+                if message.ticket > self.last_ticket:
+                    self.policy.set_quantum(message.quantum)
+                    self.last_ticket = message.ticket
+                self.controls.applied(message)
+
+    # ------------------------------------------------------------ views
+    def quantum_json(self) -> dict[str, Any]:
+        with self.lock:
+            return {"policy": self.policy.name, "quantum": self.policy.quantum}
+
+    def state_json(self) -> dict[str, Any]:
+        """``/fairserve/worker/state`` in the simulated worker's shape (DESIGN §5)."""
+        with self.lock:
+            clients = self.table.per_client()
+            return {
+                "model_name": self.model_name,
+                "policy": self.policy.snapshot(),
+                "engine": self.counters.as_json(),
+                "waiting": sum(c["waiting"] for c in clients.values()),
+                "running": sum(c["running"] for c in clients.values()),
+                "clients": clients,
+                "kv": {"used_tokens": None, "capacity_tokens": self.kv_capacity_tokens},
+                "profile": None,
+                "batching": "sglang",
+                "speed": 1.0,
+                "clock_steps": self.counters.steps,
+                "evictions_next": self.evictions.next_seq,
+            }
+
+
+def _holds_mamba(sreq: Any) -> bool:
+    """Hybrid (Mamba) models stage per-request state before admission that SGLang releases
+    only when its loop stops at the request: never skip past such a request."""
+    return bool(getattr(getattr(sreq, "kv", None), "holds_mamba", False))

@@ -1,0 +1,170 @@
+"""SGLang's requests as the scheduling core sees them, and what the plugin tracks of each.
+
+Pure adapters: they read the few fields of SGLang's ``Req`` listed in
+:mod:`fairserve.sglang.targets` (duck-typed, so tests use fakes) and never import SGLang.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from fairserve.core.types import ANONYMOUS_CLIENT, Request
+
+UINT32_MASK = 0xFFFFFFFF
+
+
+class SamplingLike(Protocol):
+    max_new_tokens: int | None
+
+
+class ReqLike(Protocol):
+    """The fields of ``sglang.srt.managers.schedule_batch.Req`` the plugin reads."""
+
+    rid: str
+    routing_key: str | None
+    origin_input_ids: Sequence[int]
+    output_ids: Sequence[int]
+    full_untruncated_fill_ids: Sequence[int]
+    prefix_len: int
+    sampling_params: Any
+    finished_reason: Any
+
+    def finished(self) -> bool: ...
+
+
+class State(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+
+
+@dataclass(slots=True)
+class Tracked:
+    """One request the policy knows: its core view, where it is, its arrival order."""
+
+    req: Request
+    seq: int
+    state: State = State.WAITING
+
+
+def client_of(sreq: ReqLike) -> str:
+    """The client is the routing key the router sets (DESIGN §5), else ``anonymous``."""
+    key = getattr(sreq, "routing_key", None)
+    return key if isinstance(key, str) and key else ANONYMOUS_CLIENT
+
+
+def prompt_key(token_ids: Sequence[int]) -> bytes:
+    """Token ids as a core token key. SGLang's ids are int64 (multimodal placeholders can be
+    large hashes); they are folded into uint32, which only the prefix *order* depends on."""
+    ids = token_ids.tolist() if isinstance(token_ids, array) else list(token_ids)
+    try:
+        return array("I", ids).tobytes()
+    except OverflowError:
+        return array("I", [int(t) & UINT32_MASK for t in ids]).tobytes()
+
+
+def to_request(sreq: ReqLike, arrival_s: float) -> Request:
+    """The core request for an SGLang request arriving at ``arrival_s`` (plugin clock)."""
+    max_new = getattr(sreq.sampling_params, "max_new_tokens", None)
+    return Request(
+        id=str(sreq.rid),
+        client=client_of(sreq),
+        prompt_key=prompt_key(sreq.origin_input_ids),
+        max_output_tokens=max(0, int(max_new)) if max_new is not None else 0,
+        arrival_s=arrival_s,
+    )
+
+
+def is_abort(sreq: ReqLike) -> bool:
+    """Whether a finished request was aborted (client gone, timeout) rather than completed.
+    Matched by the class name of SGLang's finish reason, so SGLang is never imported."""
+    return type(sreq.finished_reason).__name__ == "FINISH_ABORT"
+
+
+def real_extend_tokens(sreq: ReqLike) -> int:
+    """Tokens SGLang will compute for an admitted request: everything after its real cached
+    prefix (``prefix_len`` after admission, host-cache load-backs included; a retracted
+    request also recomputes its outputs)."""
+    return max(0, len(sreq.full_untruncated_fill_ids) - int(sreq.prefix_len))
+
+
+@dataclass
+class EngineCounters:
+    """Totals for ``/fairserve/worker/state`` (``engine`` section, as the simulated worker)."""
+
+    steps: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    admitted: int = 0
+    finished: int = 0
+    retracted: int = 0
+    aborted: int = 0
+    errors: int = 0
+    busy_s: float = 0.0
+    busy_until_s: float = 0.0
+
+    def busy(self, start_s: float, end_s: float) -> None:
+        """Add a step's interval to the busy time, counting overlaps once (with SGLang's
+        overlap scheduling the next step starts before this one's results are read)."""
+        start_s = max(start_s, self.busy_until_s)
+        if end_s > start_s:
+            self.busy_s += end_s - start_s
+        self.busy_until_s = max(self.busy_until_s, end_s)
+
+    def admit(self, input_tokens: int, extend_tokens: int) -> None:
+        self.admitted += 1
+        self.prompt_tokens += input_tokens
+        self.prefill_tokens += extend_tokens
+        self.cached_tokens += max(0, input_tokens - extend_tokens)
+
+    def as_json(self) -> dict[str, Any]:
+        hit = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return {
+            "steps": self.steps,
+            "busy_s": self.busy_s,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "prefill_tokens": self.prefill_tokens,
+            "decode_tokens": self.decode_tokens,
+            "admitted": self.admitted,
+            "finished": self.finished,
+            "retracted": self.retracted,
+            "aborted": self.aborted,
+            "cache_hit_rate": hit,
+            "errors": self.errors,
+        }
+
+
+@dataclass
+class RequestTable:
+    """Requests by SGLang rid, from arrival until finish or abort."""
+
+    by_rid: dict[str, Tracked] = field(default_factory=dict)
+    next_seq: int = 0
+
+    def get(self, rid: object) -> Tracked | None:
+        return self.by_rid.get(str(rid))
+
+    def add(self, req: Request) -> Tracked:
+        tracked = Tracked(req, self.next_seq)
+        self.next_seq += 1
+        self.by_rid[req.id] = tracked
+        return tracked
+
+    def forget(self, rid: str) -> None:
+        self.by_rid.pop(rid, None)
+
+    def waiting(self) -> list[Tracked]:
+        return [t for t in self.by_rid.values() if t.state is State.WAITING]
+
+    def per_client(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for tracked in self.by_rid.values():
+            entry = counts.setdefault(tracked.req.client, {"waiting": 0, "running": 0})
+            entry[tracked.state.value] += 1
+        return dict(sorted(counts.items()))
