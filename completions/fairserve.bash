@@ -9,14 +9,15 @@ _fairserve() {
         word="${COMP_WORDS[i]}"
         if (( skip )); then skip=0; continue; fi
         case "$node $word" in
-            "fairserve launch"|"fairserve status"|"fairserve stop"|"fairserve simulate"|"fairserve worker"|"fairserve router"|"fairserve bench"|"fairserve policies") node="$node $word" ;;
-            "fairserve launch --engine"|"fairserve launch --workers"|"fairserve launch --gpus"|"fairserve launch --model"|"fairserve launch --policy"|"fairserve launch --dispatch"|"fairserve launch --quantum"|"fairserve launch --worker-quantum"|"fairserve launch --profile"|"fairserve launch --clients"|"fairserve launch --host"|"fairserve launch --port"|"fairserve launch --worker-url"|"fairserve launch --record"|"fairserve launch --speed"|"fairserve launch --ready-timeout"|"fairserve status --url"|"fairserve status --token"|"fairserve stop --timeout"|"fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot") skip=1 ;;
+            "fairserve launch"|"fairserve status"|"fairserve stop"|"fairserve top"|"fairserve simulate"|"fairserve worker"|"fairserve router"|"fairserve bench"|"fairserve policies"|"fairserve tune"|"fairserve tune quantum"|"fairserve tune weight"|"fairserve profile"|"fairserve profile show") node="$node $word" ;;
+            "fairserve launch --engine"|"fairserve launch --workers"|"fairserve launch --gpus"|"fairserve launch --tp"|"fairserve launch --model"|"fairserve launch --policy"|"fairserve launch --dispatch"|"fairserve launch --quantum"|"fairserve launch --worker-quantum"|"fairserve launch --profile"|"fairserve launch --clients"|"fairserve launch --host"|"fairserve launch --port"|"fairserve launch --worker-url"|"fairserve launch --record"|"fairserve launch --speed"|"fairserve launch --ready-timeout"|"fairserve status --url"|"fairserve status --token"|"fairserve stop --timeout"|"fairserve top --url"|"fairserve top --token"|"fairserve top --interval"|"fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --max-outstanding-per-worker"|"fairserve router --metrics-max-clients"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot"|"fairserve tune quantum --worker"|"fairserve tune quantum --max-request-cost"|"fairserve tune quantum --target-jain"|"fairserve tune quantum --max-gap"|"fairserve tune quantum --min-quantum"|"fairserve tune quantum --max-quantum"|"fairserve tune quantum --max-step"|"fairserve tune quantum --max-steps"|"fairserve tune quantum --window"|"fairserve tune quantum --settle"|"fairserve tune quantum --trace"|"fairserve tune quantum --workload"|"fairserve tune quantum --grid"|"fairserve tune quantum --worker-grid"|"fairserve tune quantum --policy"|"fairserve tune quantum --dispatch"|"fairserve tune quantum --workers"|"fairserve tune quantum --profile"|"fairserve tune quantum --duration"|"fairserve tune quantum --seed"|"fairserve tune quantum --url"|"fairserve tune quantum --token"|"fairserve tune weight --url"|"fairserve tune weight --token"|"fairserve profile --url"|"fairserve profile --out"|"fairserve profile --plot"|"fairserve profile --timing"|"fairserve profile --step-overhead-s"|"fairserve profile --gpu-index"|"fairserve profile --seed"|"fairserve profile --timeout"|"fairserve profile show -w"|"fairserve profile show --workload"|"fairserve profile show --workers") skip=1 ;;
         esac
     done
     case "$node $prev" in
         "fairserve launch --engine") COMPREPLY=( $(compgen -W "sim sglang" -- "$cur") ); return 0 ;;
         "fairserve launch --workers") COMPREPLY=(); return 0 ;;
         "fairserve launch --gpus") COMPREPLY=(); return 0 ;;
+        "fairserve launch --tp") COMPREPLY=(); return 0 ;;
         "fairserve launch --model") COMPREPLY=(); return 0 ;;
         "fairserve launch --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
         "fairserve launch --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
@@ -33,6 +34,9 @@ _fairserve() {
         "fairserve status --url") COMPREPLY=(); return 0 ;;
         "fairserve status --token") COMPREPLY=(); return 0 ;;
         "fairserve stop --timeout") COMPREPLY=(); return 0 ;;
+        "fairserve top --url") COMPREPLY=(); return 0 ;;
+        "fairserve top --token") COMPREPLY=(); return 0 ;;
+        "fairserve top --interval") COMPREPLY=(); return 0 ;;
         "fairserve simulate -w") COMPREPLY=(); return 0 ;;
         "fairserve simulate --workload") COMPREPLY=(); return 0 ;;
         "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
@@ -68,6 +72,8 @@ _fairserve() {
         "fairserve router --queue-cap") COMPREPLY=(); return 0 ;;
         "fairserve router --max-body-bytes") COMPREPLY=(); return 0 ;;
         "fairserve router --router-queue") COMPREPLY=( $(compgen -W "auto on off" -- "$cur") ); return 0 ;;
+        "fairserve router --max-outstanding-per-worker") COMPREPLY=(); return 0 ;;
+        "fairserve router --metrics-max-clients") COMPREPLY=(); return 0 ;;
         "fairserve router --trace") COMPREPLY=(); return 0 ;;
         "fairserve router --drain-timeout") COMPREPLY=(); return 0 ;;
         "fairserve bench --url") COMPREPLY=(); return 0 ;;
@@ -81,31 +87,78 @@ _fairserve() {
         "fairserve bench --token") COMPREPLY=(); return 0 ;;
         "fairserve bench --model") COMPREPLY=(); return 0 ;;
         "fairserve bench --plot") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --worker") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --max-request-cost") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --target-jain") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --max-gap") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --min-quantum") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --max-quantum") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --max-step") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --max-steps") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --window") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --settle") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --trace") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --workload") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --grid") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --worker-grid") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --workers") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --profile") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --duration") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --seed") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --url") COMPREPLY=(); return 0 ;;
+        "fairserve tune quantum --token") COMPREPLY=(); return 0 ;;
+        "fairserve tune weight --url") COMPREPLY=(); return 0 ;;
+        "fairserve tune weight --token") COMPREPLY=(); return 0 ;;
+        "fairserve profile --url") COMPREPLY=(); return 0 ;;
+        "fairserve profile --out") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve profile --plot") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve profile --timing") COMPREPLY=( $(compgen -W "auto engine client" -- "$cur") ); return 0 ;;
+        "fairserve profile --step-overhead-s") COMPREPLY=(); return 0 ;;
+        "fairserve profile --gpu-index") COMPREPLY=(); return 0 ;;
+        "fairserve profile --seed") COMPREPLY=(); return 0 ;;
+        "fairserve profile --timeout") COMPREPLY=(); return 0 ;;
+        "fairserve profile show -w") COMPREPLY=(); return 0 ;;
+        "fairserve profile show --workload") COMPREPLY=(); return 0 ;;
+        "fairserve profile show --workers") COMPREPLY=(); return 0 ;;
     esac
     if [[ "$cur" == -* ]]; then
         case "$node" in
             "fairserve") COMPREPLY=( $(compgen -W "--version --debug -h --help" -- "$cur") ) ;;
-            "fairserve launch") COMPREPLY=( $(compgen -W "--engine --workers --gpus --model --policy --dispatch --quantum --worker-quantum --profile --clients --host --port --worker-url --detach --record --speed --ready-timeout --json -h --help" -- "$cur") ) ;;
+            "fairserve launch") COMPREPLY=( $(compgen -W "--engine --workers --gpus --tp --model --policy --dispatch --quantum --worker-quantum --profile --clients --host --port --worker-url --detach --record --speed --ready-timeout --dry-run --json -h --help" -- "$cur") ) ;;
             "fairserve status") COMPREPLY=( $(compgen -W "--json --url --token -h --help" -- "$cur") ) ;;
             "fairserve stop") COMPREPLY=( $(compgen -W "--timeout --json -h --help" -- "$cur") ) ;;
+            "fairserve top") COMPREPLY=( $(compgen -W "--url --token --interval -h --help" -- "$cur") ) ;;
             "fairserve simulate") COMPREPLY=( $(compgen -W "-w --workload --policy --dispatch --workers --quantum --worker-quantum --profile --batching --duration --seed --json --plot --compare --drain --list-workloads -h --help" -- "$cur") ) ;;
             "fairserve worker") COMPREPLY=( $(compgen -W "--port --host --policy --quantum --param --profile --batching --speed --model-name --admin-token -h --help" -- "$cur") ) ;;
-            "fairserve router") COMPREPLY=( $(compgen -W "--worker-url --host --port --dispatch --policy --quantum --worker-quantum --clients --admin-token --queue-cap --max-body-bytes --router-queue --trace --drain-timeout -h --help" -- "$cur") ) ;;
+            "fairserve router") COMPREPLY=( $(compgen -W "--worker-url --host --port --dispatch --policy --quantum --worker-quantum --clients --admin-token --queue-cap --max-body-bytes --router-queue --max-outstanding-per-worker --metrics-max-clients --trace --drain-timeout -h --help" -- "$cur") ) ;;
             "fairserve bench") COMPREPLY=( $(compgen -W "--url -w --workload --duration --seed --api --timeout --max-in-flight --token --model --json --plot -h --help" -- "$cur") ) ;;
             "fairserve policies") COMPREPLY=( $(compgen -W "--json -h --help" -- "$cur") ) ;;
+            "fairserve tune") COMPREPLY=( $(compgen -W "-h --help" -- "$cur") ) ;;
+            "fairserve tune quantum") COMPREPLY=( $(compgen -W "--worker --max-request-cost --auto --target-jain --max-gap --min-quantum --max-quantum --max-step --max-steps --window --settle --dry-run --sweep --trace --workload --grid --worker-grid --policy --dispatch --workers --profile --duration --seed --apply --json --url --token -h --help" -- "$cur") ) ;;
+            "fairserve tune weight") COMPREPLY=( $(compgen -W "--json --url --token -h --help" -- "$cur") ) ;;
+            "fairserve profile") COMPREPLY=( $(compgen -W "--url --quick --out --force --json --plot --timing --step-overhead-s --nvml --no-nvml --gpu-index --seed --timeout -h --help" -- "$cur") ) ;;
+            "fairserve profile show") COMPREPLY=( $(compgen -W "-w --workload --workers --json -h --help" -- "$cur") ) ;;
         esac
         return 0
     fi
     case "$node" in
-        "fairserve") COMPREPLY=( $(compgen -W "launch status stop simulate worker router bench policies" -- "$cur") ) ;;
+        "fairserve") COMPREPLY=( $(compgen -W "launch status stop top simulate worker router bench policies tune profile" -- "$cur") ) ;;
         "fairserve launch") COMPREPLY=() ;;
         "fairserve status") COMPREPLY=() ;;
         "fairserve stop") COMPREPLY=() ;;
+        "fairserve top") COMPREPLY=() ;;
         "fairserve simulate") COMPREPLY=() ;;
         "fairserve worker") COMPREPLY=() ;;
         "fairserve router") COMPREPLY=() ;;
         "fairserve bench") COMPREPLY=() ;;
         "fairserve policies") COMPREPLY=() ;;
+        "fairserve tune") COMPREPLY=( $(compgen -W "quantum weight" -- "$cur") ) ;;
+        "fairserve tune quantum") COMPREPLY=() ;;
+        "fairserve tune weight") COMPREPLY=() ;;
+        "fairserve profile") COMPREPLY=( $(compgen -W "show" -- "$cur") ) ;;
+        "fairserve profile show") COMPREPLY=() ;;
     esac
 }
 
