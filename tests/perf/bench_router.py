@@ -1,19 +1,14 @@
-"""Router overhead benchmark: requests/s and latency with instant upstreams.
+"""Router overhead benchmark: requests/s and latency with instant upstreams (DESIGN §8).
 
-Same load, same run, three paths to two upstreams that answer a fixed small completion at
-once (a minimal aiohttp OpenAI-compatible server, each in its own process):
+Cases, against two upstreams that answer a small completion at once: ``direct``,
+``fairserve``, ``fairserve-base`` (``--compare-cli``), ``fairserve-NAME`` (``--variant``) and
+``sglang-router`` (Rust, PyPI; ``--sglang-policy``). All servers run throughout and the
+cases are interleaved over ``--rounds`` rounds, under load and with one client (the latency
+added without queueing), so that other load on the machine hits all alike; ratios are taken
+within each round. ``--harness lean`` (raw asyncio HTTP/1.1 load generator and upstreams)
+leaves more CPU to the routers than ``aiohttp``. Not a test: nothing asserts a speed. Run::
 
-* ``direct``: the load generator spreads requests over the upstreams itself;
-* ``fairserve``: through ``fairserve router`` (a subprocess, its default dispatch);
-* ``sglang-router``: through the real ``sglang_router`` (Rust, PyPI), round robin.
-
-Reported: requests/s at fixed concurrency, p50/p99 latency, and ratios (router / direct,
-fairserve / sglang-router), plus the latency each router adds at p50. Run::
-
-    python tests/perf/bench_router.py [--concurrency 32] [--duration 5] [--json]
-
-Not a test: nothing here asserts a speed (DESIGN §8 targets: at least sglang-router's
-requests/s, under 1 ms added p50).
+    python tests/perf/bench_router.py [--rounds 3] [--duration 3] [--harness lean] [--json]
 """
 
 from __future__ import annotations
@@ -23,11 +18,13 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,34 +35,32 @@ if str(ROOT) not in sys.path:  # runnable as a script: the shared test helpers
 from tests.worker.processes import free_port, wait_http_ok  # noqa: E402
 
 ANSWER = {
-    "id": "cmpl-bench",
-    "object": "text_completion",
-    "created": 0,
-    "model": "bench",
+    "id": "cmpl-bench", "object": "text_completion", "created": 0, "model": "bench",
     "choices": [{"index": 0, "text": " ok ok ok ok", "logprobs": None, "finish_reason": "length"}],
-    "usage": {
-        "prompt_tokens": 8,
-        "completion_tokens": 4,
-        "total_tokens": 12,
-        "prompt_tokens_details": {"cached_tokens": 0},
-    },
-}
-REQUEST = {
-    "model": "bench",
-    "prompt": "Say something short about fair scheduling.",
-    "max_tokens": 4,
-}
+    "usage": {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12,
+              "prompt_tokens_details": {"cached_tokens": 0}},
+}  # fmt: skip
+REQUEST = {"model": "bench", "prompt": "Say something short about fairness.", "max_tokens": 4}
+INFO = {"model_path": "bench", "max_total_num_tokens": 100000, "is_generation": True}
+MODELS = {"object": "list", "data": [{"id": "bench", "object": "model"}]}
 
 
-# ------------------------------------------------------------------ upstream (own process)
-def serve_upstream(port: int) -> None:
+def _routes() -> dict[tuple[str, str], bytes]:
+    answer, models = json.dumps(ANSWER).encode(), json.dumps(MODELS).encode()
+    routes = {("POST", "/v1/completions"): answer, ("POST", "/v1/chat/completions"): answer,
+              ("GET", "/health"): b"{}", ("GET", "/v1/models"): models}  # fmt: skip
+    for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info"):
+        routes[("GET", path)] = json.dumps(INFO).encode()
+    return routes
+
+
+# ------------------------------------------------------------------ upstreams (own process)
+def serve_upstream(port: int, harness: str) -> None:
+    _uvloop()
+    if harness == "lean":
+        asyncio.run(_serve_lean(port))
+        return
     from aiohttp import web
-
-    answer = json.dumps(ANSWER).encode()
-    info = json.dumps(
-        {"model_path": "bench", "max_total_num_tokens": 100000, "is_generation": True}
-    ).encode()
-    models = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model"}]}).encode()
 
     def fixed(body: bytes) -> Any:
         async def handle(request: web.Request) -> web.Response:
@@ -75,18 +70,42 @@ def serve_upstream(port: int) -> None:
         return handle
 
     app = web.Application()
-    app.add_routes(
-        [
-            web.post("/v1/completions", fixed(answer)),
-            web.post("/v1/chat/completions", fixed(answer)),
-            web.get("/health", fixed(b"{}")),
-            web.get("/v1/models", fixed(models)),
-            *[web.get(p, fixed(info)) for p in ("/get_server_info", "/server_info")],
-            *[web.get(p, fixed(info)) for p in ("/get_model_info", "/model_info")],
-        ]
-    )
-    _uvloop()
+    app.add_routes([web.route(m, p, fixed(body)) for (m, p), body in _routes().items()])
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+class _LeanUpstream(asyncio.Protocol):
+    """Answers each request on a keep-alive connection from a fixed table (404 else)."""
+
+    def __init__(self, routes: dict[tuple[bytes, bytes], bytes]) -> None:
+        self.routes, self.buf, self.transport = routes, b"", None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            lines = self.buf[:end].split(b"\r\n")
+            method, path, _ = lines[0].split(b" ", 2)
+            length = next((int(x[15:]) for x in lines if x[:15].lower() == b"content-length:"), 0)
+            if len(self.buf) < end + 4 + length:
+                return
+            self.buf = self.buf[end + 4 + length :]
+            body = self.routes.get((method, path.partition(b"?")[0]))
+            status = b"200 OK" if body is not None else b"404 Not Found"
+            body = b"{}" if body is None else body
+            self.transport.write(
+                b"HTTP/1.1 %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                % (status, len(body), body)
+            )
+
+
+async def _serve_lean(port: int) -> None:
+    routes = {(m.encode(), p.encode()): body for (m, p), body in _routes().items()}
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _LeanUpstream(routes), "127.0.0.1", port)
+    await server.serve_forever()
 
 
 def _uvloop() -> None:
@@ -105,10 +124,8 @@ def process(
     argv: list[str], health_url: str, cli_dir: Path = CLI_DIR
 ) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": str(cli_dir)}
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env=env,
-    )  # fmt: skip
+    devnull = subprocess.DEVNULL
+    proc = subprocess.Popen(argv, env=env, stdin=devnull, stdout=devnull, stderr=devnull)
     try:
         wait_http_ok(health_url, timeout_s=30.0)
         yield proc
@@ -119,6 +136,14 @@ def process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _start(stack: contextlib.ExitStack, argv: Any, cli: Path = CLI_DIR) -> str:
+    """Run ``argv(port)`` on a free port until ``stack`` ends; its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    stack.enter_context(process(argv(port), url + "/health", cli))
+    return url
 
 
 def wait_sglang_workers(url: str, count: int, timeout_s: float = 30.0) -> None:
@@ -133,42 +158,87 @@ def wait_sglang_workers(url: str, count: int, timeout_s: float = 30.0) -> None:
     raise RuntimeError("sglang-router did not register the workers")
 
 
+def fairserve_argv(port: int, ups: list[str], extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "fairserve", "router", "--port", str(port), *extra,
+            *(x for url in ups for x in ("--worker-url", url))]  # fmt: skip
+
+
+def sglang_argv(port: int, ups: list[str], policy: str) -> list[str]:
+    return [
+        sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *ups,
+        "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(free_port()), "--policy", policy, "--log-level", "warn",
+    ]  # fmt: skip
+
+
 # ------------------------------------------------------------------ load
-async def load(
-    urls: list[str], concurrency: int, duration_s: float, warmup_s: float
-) -> dict[str, Any]:
+Send = Any  # async (n) -> bool: request number n (spread over the URLs) answered 200
+
+
+async def _aiohttp_sender(urls: list[str], stack: contextlib.AsyncExitStack) -> Send:
     import aiohttp
 
+    body, headers = json.dumps(REQUEST).encode(), {"Content-Type": "application/json"}
+    session = await stack.enter_async_context(
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    )
+    targets = [url + "/v1/completions" for url in urls]
+
+    async def send(n: int) -> bool:
+        async with session.post(targets[n % len(targets)], data=body, headers=headers) as resp:
+            await resp.read()
+            return resp.status == 200
+
+    return send
+
+
+async def _lean_sender(urls: list[str], stack: contextlib.AsyncExitStack) -> Send:
+    from fairserve.router.framing import UpstreamError
+    from fairserve.router.pool import Pool
+
     body = json.dumps(REQUEST).encode()
-    headers = {"Content-Type": "application/json"}
+    pools = [Pool(url, 5.0, 60.0) for url in urls]
+    for pool in pools:
+        stack.callback(pool.close)
+    heads = [pool.head("/v1/completions") for pool in pools]
+
+    async def send(n: int) -> bool:
+        i = n % len(pools)
+        try:
+            resp = await pools[i].post(heads[i], b"", body)
+            await resp.read()
+        except UpstreamError:
+            return False
+        return resp.status == 200
+
+    return send
+
+
+async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[str, Any]:
+    """``clients`` closed-loop clients for ``args.duration`` (``args.single_duration`` for
+    one client) after ``args.warmup``: requests/s and latency percentiles."""
+    duration_s = args.duration if clients > 1 else args.single_duration
     latencies: list[float] = []
     errors = 0
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        start = time.perf_counter()
-        measure_from = start + warmup_s
+    async with contextlib.AsyncExitStack() as stack:
+        make = _lean_sender if args.harness == "lean" else _aiohttp_sender
+        send = await make(urls, stack)
+        measure_from = time.perf_counter() + args.warmup
         stop_at = measure_from + duration_s
 
-        async def worker(i: int) -> None:
+        async def client(i: int) -> None:
             nonlocal errors
             n = i
-            while True:
-                t0 = time.perf_counter()
-                if t0 >= stop_at:
-                    return
-                url = urls[n % len(urls)] + "/v1/completions"
+            while (t0 := time.perf_counter()) < stop_at:
+                ok = await send(n)
                 n += 1
-                async with session.post(url, data=body, headers=headers) as resp:
-                    await resp.read()
-                    ok = resp.status == 200
-                t1 = time.perf_counter()
                 if t0 >= measure_from:
                     if ok:
-                        latencies.append(t1 - t0)
+                        latencies.append(time.perf_counter() - t0)
                     else:
                         errors += 1
 
-        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        await asyncio.gather(*(client(i) for i in range(clients)))
     latencies.sort()
     n = len(latencies)
     return {
@@ -181,114 +251,150 @@ async def load(
 
 
 def measure(urls: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """One case in one round: under load, then (``--single-duration`` > 0) one client."""
     _uvloop()
-    return asyncio.run(load(urls, args.concurrency, args.duration, args.warmup))
+    out = {"load": asyncio.run(load(urls, args, args.concurrency))}
+    if args.single_duration > 0:
+        out["single"] = asyncio.run(load(urls, args, 1))
+    return out
 
 
-def measure_fairserve(upstreams: list[str], args: argparse.Namespace, cli: Path) -> dict[str, Any]:
-    port = free_port()
-    fair = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "fairserve", "router", "--port", str(port),
-            "--dispatch", args.dispatch, "--router-queue", args.router_queue]  # fmt: skip
-    for url in upstreams:
-        argv += ["--worker-url", url]
-    with process(argv, fair + "/health", cli.resolve()):
-        return measure([fair], args)
-
-
+# ------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--duration", type=float, default=5.0, help="Measured seconds per case.")
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--dispatch", default="doubleq", help="fairserve router --dispatch.")
-    parser.add_argument(
-        "--router-queue",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="fairserve router --router-queue (the bench upstreams have no fairserve "
-        "extension, so auto means on; off shows the router without its fair queue).",
-    )
-    parser.add_argument(
-        "--compare-cli",
-        type=Path,
-        metavar="DIR",
-        help="Also run fairserve from another source tree (e.g. the previous commit's cli/) "
-        "as case fairserve-base, in the same run.",
-    )
-    parser.add_argument("--skip-sglang", action="store_true")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream)
+        serve_upstream(args.serve_upstream, args.harness)
         return 0
-    results: dict[str, Any] = {}
-    me = [sys.executable, str(Path(__file__).resolve())]
+    me = [sys.executable, str(Path(__file__).resolve()), "--harness", args.harness]
     ports = [free_port(), free_port()]
     upstreams = [f"http://127.0.0.1:{p}" for p in ports]
+    targets: dict[str, list[str]] = {"direct": upstreams}
     with contextlib.ExitStack() as stack:
         for port, url in zip(ports, upstreams, strict=True):
             stack.enter_context(process([*me, "--serve-upstream", str(port)], url + "/health"))
-        results["direct"] = measure(upstreams, args)
+        main_args = ["--dispatch", args.dispatch, "--router-queue", args.router_queue]
+        routers = [("fairserve", CLI_DIR, main_args)]
         if args.compare_cli is not None:
-            results["fairserve-base"] = measure_fairserve(upstreams, args, args.compare_cli)
-        results["fairserve"] = measure_fairserve(upstreams, args, CLI_DIR)
-        if not args.skip_sglang:
-            port, metrics_port = free_port(), free_port()
-            sgl = f"http://127.0.0.1:{port}"
-            argv_sgl = [
-                sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *upstreams,
-                "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-                "--prometheus-port", str(metrics_port), "--policy", "round_robin",
-                "--log-level", "warn",
-            ]  # fmt: skip
-            with process(argv_sgl, sgl + "/health"):
-                wait_sglang_workers(sgl, 2)
-                results["sglang-router"] = measure([sgl], args)
-    report = _with_ratios(results, args)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        _print(report)
+            routers.append(("fairserve-base", args.compare_cli.resolve(), main_args))
+        for variant in args.variant:
+            name, _, extra = variant.partition("=")
+            routers.append((f"fairserve-{name}", CLI_DIR, extra.split()))
+        for name, cli, extra in routers:
+            argv_of = partial(fairserve_argv, ups=upstreams, extra=extra)
+            targets[name] = [_start(stack, argv_of, cli)]
+        for policy in [] if args.skip_sglang else args.sglang_policy or ["round_robin"]:
+            name = "sglang-router" + ("" if policy == "round_robin" else f"-{policy}")
+            targets[name] = [_start(stack, partial(sglang_argv, ups=upstreams, policy=policy))]
+            wait_sglang_workers(targets[name][0], 2)
+        rounds = []
+        names = list(targets)
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            rounds.append({name: measure(targets[name], args) for name in order})
+    report = summarise(rounds, args)
+    print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
 
 
-def _with_ratios(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    direct = results["direct"]
-    ratios: dict[str, Any] = {}
-    for name in ("fairserve-base", "fairserve", "sglang-router"):
-        if name in results and direct["requests_per_s"]:
-            r = results[name]
-            ratios[f"{name}/direct rps"] = r["requests_per_s"] / direct["requests_per_s"]
-            ratios[f"{name} added p50 ms"] = r["p50_ms"] - direct["p50_ms"]
-    if "sglang-router" in results and results["sglang-router"]["requests_per_s"]:
-        ratios["fairserve/sglang-router rps"] = (
-            results["fairserve"]["requests_per_s"] / results["sglang-router"]["requests_per_s"]
-        )
-    if "fairserve-base" in results and results["fairserve-base"]["requests_per_s"]:
-        ratios["fairserve/fairserve-base rps"] = (
-            results["fairserve"]["requests_per_s"] / results["fairserve-base"]["requests_per_s"]
-        )
-    return {
-        "concurrency": args.concurrency,
-        "router_queue": args.router_queue,
-        "duration_s": args.duration,
-        "cpus": os.cpu_count(),
-        "cases": results,
-        "ratios": ratios,
-    }
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    add = parser.add_argument
+    add("--concurrency", type=int, default=32, help="Clients of the load phase.")
+    add("--duration", type=float, default=3.0, help="Measured s per case and round.")
+    add("--rounds", type=int, default=3, help="Interleaved rounds.")
+    add("--single-duration", type=float, default=1.0,
+        help="Measured s per case and round with one client (added latency without "
+        "queueing); 0: skip.")  # fmt: skip
+    add("--warmup", type=float, default=0.5)
+    add("--harness", choices=("aiohttp", "lean"), default="aiohttp",
+        help="Load generator and upstreams (see the module docstring).")  # fmt: skip
+    add("--dispatch", default="doubleq", help="fairserve router --dispatch.")
+    add("--router-queue", choices=("auto", "on", "off"), default="auto",
+        help="fairserve router --router-queue (the bench upstreams have no fairserve "
+        "extension, so auto means on; off shows the router without its fair queue).")  # fmt: skip
+    add("--compare-cli", type=Path, metavar="DIR",
+        help="Also run fairserve from another source tree (e.g. the previous commit's "
+        "cli/) as case fairserve-base, in the same run.")  # fmt: skip
+    add("--variant", action="append", default=[], metavar="NAME=ARGS",
+        help="Another fairserve case with these router arguments, e.g. plain='--dispatch "
+        "round-robin --router-queue off' (repeatable).")  # fmt: skip
+    add("--sglang-policy", action="append", metavar="POLICY",
+        help="sglang-router --policy, repeatable (default round_robin; its own default is "
+        "cache_aware).")  # fmt: skip
+    add("--skip-sglang", action="store_true")
+    add("--json", action="store_true")
+    add("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    return parser
 
 
-def _print(report: dict[str, Any]) -> None:
-    print(f"concurrency {report['concurrency']}, {report['duration_s']} s per case, "
-          f"{report['cpus']} CPUs, fairserve --router-queue {report['router_queue']}")  # fmt: skip
-    print(f"{'case':15} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
-    for name, r in report["cases"].items():
-        print(f"{name:15} {r['requests_per_s']:9.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} "
-              f"{r['errors']:7d}")  # fmt: skip
-    for name, value in report["ratios"].items():
-        print(f"{name:32} {value:8.3f}")
+def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """Medians per case over the rounds; ratios within each round, then their median."""
+    cases: dict[str, Any] = {}
+    for name in rounds[0]:
+        loaded = [r[name]["load"] for r in rounds]
+        rps = [x["requests_per_s"] for x in loaded]
+        single = [r[name]["single"] for r in rounds if "single" in r[name]]
+        cases[name] = {
+            "requests_per_s": statistics.median(rps),
+            "requests_per_s_range": [min(rps), max(rps)],
+            "p50_ms": _median(x["p50_ms"] for x in loaded),
+            "p99_ms": _median(x["p99_ms"] for x in loaded),
+            "errors": sum(x["errors"] for x in loaded + single),
+            "single_p50_ms": _median(x["p50_ms"] for x in single),
+            "single_p99_ms": _median(x["p99_ms"] for x in single),
+        }
+    per_round: dict[str, list[float]] = {}
+    for r in rounds:
+        for key, value in _ratios(r).items():
+            per_round.setdefault(key, []).append(value)
+    ratios = {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+              for k, v in per_round.items()}  # fmt: skip
+    keys = ("harness", "concurrency", "router_queue", "duration", "single_duration", "rounds")
+    return {**{k: getattr(args, k) for k in keys}, "cpus": os.cpu_count(), "cases": cases,
+            "ratios": ratios, "per_round": rounds}  # fmt: skip
+
+
+def _median(values: Any) -> float | None:
+    return statistics.median(present) if (present := [v for v in values if v is not None]) else None
+
+
+def _ratios(r: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    routers = [name for name in r if name != "direct"]
+    for name in routers:
+        for kind, label in (("load", ""), ("single", " (1 client)")):
+            case, direct = r[name].get(kind), r["direct"].get(kind)
+            if case is None or direct is None or case["p50_ms"] is None:
+                continue
+            if kind == "load" and direct["requests_per_s"]:
+                out[f"{name}/direct rps"] = case["requests_per_s"] / direct["requests_per_s"]
+            out[f"{name} added p50 ms{label}"] = case["p50_ms"] - direct["p50_ms"]
+            out[f"{name} added p99 ms{label}"] = case["p99_ms"] - direct["p99_ms"]
+    for base in routers:
+        if base != "fairserve" and r[base]["load"]["requests_per_s"]:
+            rps = r[base]["load"]["requests_per_s"]
+            out[f"fairserve/{base} rps"] = r["fairserve"]["load"]["requests_per_s"] / rps
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"harness {report['harness']}, {report['concurrency']} clients (and 1), "
+        f"{report['rounds']} rounds x {report['duration']} s (1 client: "
+        f"{report['single_duration']} s) per case, {report['cpus']} CPUs, fairserve "
+        f"--router-queue {report['router_queue']}",
+        f"{'case':26} {'req/s':>8} {'(min-max)':>13} {'p50 ms':>7} {'p99 ms':>7}"
+        f" {'1 client p50':>12} {'p99':>6} {'errors':>6}",
+    ]
+    for name, c in report["cases"].items():
+        low, high = c["requests_per_s_range"]
+        lines.append(f"{name:26} {c['requests_per_s']:8.0f} {low:6.0f}-{high:<6.0f} "
+                     f"{c['p50_ms']:7.2f} {c['p99_ms']:7.2f} {c['single_p50_ms'] or 0:12.2f} "
+                     f"{c['single_p99_ms'] or 0:6.2f} {c['errors']:6d}")  # fmt: skip
+    lines.append(f"{'ratio (per round)':50} {'median':>8} {'min':>8} {'max':>8}")
+    for name, v in report["ratios"].items():
+        lines.append(f"{name:50} {v['median']:8.3f} {v['min']:8.3f} {v['max']:8.3f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -108,3 +108,34 @@ def test_client_disconnect_aborts_the_upstream_request() -> None:
 
 async def _idle(server: Any) -> bool:
     return bool(server.router.active == 0)
+
+
+def test_client_leaving_a_non_streamed_request_aborts_it_upstream() -> None:
+    """No byte of the answer was read yet: the router still aborts the worker's request."""
+
+    async def body() -> None:
+        async with (
+            sim_workers(1, speed=1.0) as workers,
+            routed([workers[0].url]) as (server, session),
+        ):
+            runtime = runtime_of(workers[0])
+            waiting = asyncio.create_task(
+                session.post("/v1/chat/completions", json=chat(max_tokens=2000))
+            )
+
+            async def running() -> bool:
+                return bool(runtime.state()["running"] >= 1)
+
+            await poll(running, what="the worker to start the request")
+            waiting.cancel()  # closes the client's connection
+
+            async def aborted() -> bool:
+                engine = runtime.state()["engine"]
+                return bool(engine["aborted"] >= 1 and runtime.state()["running"] == 0)
+
+            await poll(aborted, what="the worker to abort the request")
+            await poll(lambda: _idle(server), what="the router to account the abort")
+            _, view = await get_json(session, "/fairserve/v1/state")
+            assert view["clients"]["anonymous"]["aborted"] == 1
+
+    run(body())

@@ -1,5 +1,6 @@
 """Fuzzed request bodies never make the router answer 5xx (it has a healthy worker, so not
-even 503), and every error carries a message."""
+even 503), every error carries a message, and the lean front answers exactly like the
+aiohttp path (``lean_front=False``)."""
 
 from __future__ import annotations
 
@@ -43,26 +44,30 @@ paths = st.sampled_from(["/v1/chat/completions", "/v1/completions", "/generate"]
 
 
 @pytest.fixture(scope="module")
-def router_url() -> Iterator[str]:
-    """A worker and a router on their own event loop in a thread, shared by all examples."""
+def routers() -> Iterator[tuple[str, str]]:
+    """A worker and two routers in front of it (lean front, aiohttp only) on their own
+    event loop in a thread, shared by all examples."""
     loop = asyncio.new_event_loop()
 
-    async def start() -> tuple[WorkerServer, RouterServer]:
+    async def start() -> tuple[WorkerServer, RouterServer, RouterServer]:
         worker = WorkerServer(make_config(speed=2000.0), "127.0.0.1", 0)
         await worker.start()
-        router = RouterServer(router_config([worker.url]))
-        await router.start()
-        return worker, router
+        lean = RouterServer(router_config([worker.url]))
+        plain = RouterServer(router_config([worker.url], lean_front=False))
+        await lean.start()
+        await plain.start()
+        return worker, lean, plain
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    worker, router = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=20)
+    worker, lean, plain = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=20)
     try:
-        yield router.url
+        yield lean.url, plain.url
     finally:
 
         async def stop() -> None:
-            await router.stop(drain_timeout_s=1.0)
+            await lean.stop(drain_timeout_s=1.0)
+            await plain.stop(drain_timeout_s=1.0)
             await worker.stop()
 
         asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=20)
@@ -78,16 +83,38 @@ def router_url() -> Iterator[str]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(path=paths, body=bodies)
-def test_fuzzed_bodies_never_5xx(router_url: str, path: str, body: Any) -> None:
-    data = json.dumps(body, allow_nan=True).encode()
-    request = urllib.request.Request(
-        router_url + path, data=data, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            status, text = resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        status, text = exc.code, exc.read().decode()
+def test_fuzzed_bodies_never_5xx(routers: tuple[str, str], path: str, body: Any) -> None:
+    status, text = _post(routers[0] + path, json.dumps(body, allow_nan=True).encode())
     assert status < 500, (status, text)
     if status >= 400:
         assert json.loads(text)["error"]["message"]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(path=paths, body=bodies, client=st.text(max_size=6))
+def test_lean_front_answers_like_aiohttp(
+    routers: tuple[str, str], path: str, body: Any, client: str
+) -> None:
+    data = json.dumps(body, allow_nan=True).encode()
+    headers = {"X-Fairserve-Client": client} if client.isprintable() and client.isascii() else {}
+    lean = _post(routers[0] + path, data, headers)
+    plain = _post(routers[1] + path, data, headers)
+    assert lean[0] == plain[0], (lean, plain)
+    if lean[0] >= 400:
+        assert json.loads(lean[1]) == json.loads(plain[1])
+
+
+def _post(url: str, data: bytes, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()

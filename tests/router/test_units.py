@@ -64,6 +64,10 @@ def test_config_checks() -> None:
         RouterConfig(worker_urls=("http://a:1/v1",))
     with pytest.raises(ConfigError, match="--queue-cap"):
         RouterConfig(worker_urls=("http://a:1",), queue_cap=0)
+    with pytest.raises(ConfigError, match="--max-outstanding-per-worker"):
+        RouterConfig(worker_urls=("http://a:1",), max_outstanding_per_worker=0)
+    with pytest.raises(ConfigError, match="--metrics-max-clients"):
+        RouterConfig(worker_urls=("http://a:1",), metrics_max_clients=-1)
 
 
 def test_identity_precedence() -> None:

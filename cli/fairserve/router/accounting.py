@@ -14,7 +14,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from fairserve.core.metrics import ServiceSample, jain_index, max_service_gap, percentile, sample_at
 
@@ -67,8 +67,10 @@ class WorkerStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(NamedTuple):
+    """Tokens of one finished request, as the worker reported them (a tuple: one is built
+    per request, and a frozen dataclass costs several times more to create)."""
+
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int

@@ -26,6 +26,9 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_OUTSTANDING = 32
 """Requests the router-side fair queue keeps in flight per stock worker: enough to fill a
 typical engine's batch, few enough that the order of admission is still the router's."""
+DEFAULT_METRICS_MAX_CLIENTS = 100
+"""Client names (besides the clients file's) with their own Prometheus label; the others
+are summed under ``other`` (see ``router.metrics``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,10 @@ class RouterConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     router_queue: RouterQueueMode = "auto"
     max_outstanding_per_worker: int = DEFAULT_MAX_OUTSTANDING
+    metrics_max_clients: int = DEFAULT_METRICS_MAX_CLIENTS
+    lean_front: bool = True
+    """Serve the generation routes' common case with the lean front (``router.front``);
+    False: everything through aiohttp (the tests compare the two)."""
     trace_path: str | None = None
     w_e: float = 1.0
     w_q: float = 2.0
@@ -82,7 +89,15 @@ class RouterConfig:
             raise ConfigError(f"--port: expected 0..65535, got {self.port}")
         _positive_int("--queue-cap", self.queue_cap)
         _positive_int("--max-body-bytes", self.max_body_bytes)
-        _positive_int("max_outstanding_per_worker", self.max_outstanding_per_worker)
+        _positive_int("--max-outstanding-per-worker", self.max_outstanding_per_worker)
+        if (
+            isinstance(self.metrics_max_clients, bool)
+            or not isinstance(self.metrics_max_clients, int)
+            or self.metrics_max_clients < 0
+        ):
+            raise ConfigError(
+                f"--metrics-max-clients: expected an integer >= 0, got {self.metrics_max_clients!r}"
+            )
         if self.router_queue not in ROUTER_QUEUE_MODES:
             raise ConfigError(
                 f"--router-queue: expected one of {', '.join(ROUTER_QUEUE_MODES)}, "

@@ -135,8 +135,11 @@ class FairQueue:
         admitted = self.policy.select(self._waiting, self._can_fit, self._match_len, now)
         if not admitted:
             return
-        chosen = {id(r) for r in admitted}
-        self._waiting = [r for r in self._waiting if id(r) not in chosen]
+        if len(admitted) == len(self._waiting):  # all of them (one request: the common case)
+            self._waiting = []
+        else:
+            chosen = {id(r) for r in admitted}
+            self._waiting = [r for r in self._waiting if id(r) not in chosen]
         for req in admitted:
             self._admitted.add(id(req))
             self.released += 1

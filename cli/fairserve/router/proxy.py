@@ -1,15 +1,18 @@
 """Forwarding one generation request: dispatch, retry, relay, account.
 
-A :class:`Call` is one client request. :func:`forward` picks a worker with the dispatcher
+A :class:`Call` is one client request. :func:`serve` picks a worker with the dispatcher
 (healthy workers not yet tried), waits for the worker's router-side fair queue if it has
-one, and sends the request. A failure **before any byte reached the client** (connection
-refused or reset, a 5xx, a stream that ends before its first event) releases the worker in
-the dispatcher and tries another one; the failing worker is ejected when it could not be
-reached. After the first byte a failure ends the stream with an SSE error event.
+one, sends the request over the worker's keep-alive connections (:mod:`~fairserve.router.pool`)
+and writes the answer through a :class:`~fairserve.router.answer.Responder` (the lean front,
+or aiohttp through :func:`forward`). A failure **before any byte reached the client**
+(connection refused or reset, a 5xx, a stream that ends before its first event) releases
+the worker in the dispatcher and tries another one; the failing worker is ejected when it
+could not be reached. After the first byte a failure ends the stream with an SSE error event.
 
-Whatever ends a call early (the client disconnects and aiohttp cancels the handler, the
-router shuts down), the ``finally`` clause closes the upstream response and asks the worker
-to ``/abort_request`` the request id, so no GPU time is spent for nobody.
+Whatever ends a call early (the client disconnects and its handler is cancelled, the router
+shuts down), the ``finally`` clause closes the upstream connection of an answer not read to
+its end and asks the worker to ``/abort_request`` the request id, so no GPU time is spent
+for nobody.
 """
 
 from __future__ import annotations
@@ -21,14 +24,17 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
-from yarl import URL
 
 from fairserve.core.errors import RequestRejected
 from fairserve.core.openai_api import APP_HEADER, CLIENT_HEADER, ApiError, Route, error_body
 from fairserve.core.types import Request
 from fairserve.router.accounting import Usage
+from fairserve.router.answer import AiohttpResponder, Responder
 from fairserve.router.fairqueue import FairQueue
+from fairserve.router.framing import Response, UpstreamError
+from fairserve.router.pool import Pool, header_value
 from fairserve.router.relay import SseRelay, complete_body
+from fairserve.router.upstream import Upstream
 from fairserve.sched.dispatch.base import NoWorkerAvailable
 
 if TYPE_CHECKING:
@@ -39,7 +45,6 @@ PATHS: dict[Route, str] = {
     "completions": "/v1/completions",
     "generate": "/generate",
 }
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 ABORT_TIMEOUT_S = 2.0
 
 
@@ -66,18 +71,31 @@ class Call:
     app: str | None = None
     tried: list[str] = field(default_factory=list)
     sent: bool = False
+    """Bytes of the answer reached the client (no retry after that)."""
+    posted: bool = False
+    """The current attempt's request may have reached its worker."""
     ended: bool = False
 
 
 async def forward(router: Router, call: Call, request: web.Request) -> web.StreamResponse:
-    """Serve ``call`` from some worker; every exit path is accounted exactly once."""
+    """Serve ``call`` on aiohttp: the response for the handler to return."""
+    out = AiohttpResponder(request)
+    await serve(router, call, out)
+    assert out.response is not None
+    return out.response
+
+
+async def serve(router: Router, call: Call, out: Responder) -> None:
+    """Serve ``call`` from some worker into ``out``; every exit path is accounted exactly
+    once. Raises :class:`ApiError` for answers the router makes itself (503, 429)."""
     router.enter()
     try:
         last_error = ""
         while True:
             worker = _choose(router, call, last_error)
             try:
-                return await _attempt(router, call, worker, request)
+                await _attempt(router, call, worker, out)
+                return
             except UpstreamFailed as exc:
                 last_error = f"{worker}: {exc}"
                 router.accounting.worker(worker).failures += 1
@@ -90,7 +108,8 @@ async def forward(router: Router, call: Call, request: web.Request) -> web.Strea
 
 
 def _choose(router: Router, call: Call, last_error: str) -> str:
-    available = [w for w in router.healthy() if w not in call.tried]
+    tried = call.tried
+    available = [url for url, up in router.upstreams.items() if up.healthy and url not in tried]
     try:
         worker = router.dispatcher.choose(call.req, available)
     except NoWorkerAvailable:
@@ -107,9 +126,7 @@ def _choose(router: Router, call: Call, last_error: str) -> str:
     return worker
 
 
-async def _attempt(
-    router: Router, call: Call, worker: str, request: web.Request
-) -> web.StreamResponse:
+async def _attempt(router: Router, call: Call, worker: str, out: Responder) -> None:
     up = router.upstreams[worker]
     req = call.req
     router.dispatcher.on_dispatch(req, worker)
@@ -117,14 +134,14 @@ async def _attempt(
     router.accounting.worker(worker).requests += 1
     up.in_flight += 1
     outcome: Usage | str = "aborted"
-    resp: aiohttp.ClientResponse | None = None
+    resp: Response | None = None
     queued = up.queue
+    call.posted = False
     try:
         if queued is not None:
             await _wait_queue(router, call, queued)
-        resp = await _send(router, worker, call)
-        response, outcome = await _relay(router, call, resp, request)
-        return response
+        resp = await _send(router, up, call)
+        outcome = await _relay(router, call, resp, out)
     except UpstreamFailed:
         outcome = "retry"
         raise
@@ -146,97 +163,98 @@ async def _wait_queue(router: Router, call: Call, queue: FairQueue) -> None:
         stats.queued -= 1
 
 
-async def _send(router: Router, worker: str, call: Call) -> aiohttp.ClientResponse:
-    assert router.session is not None
-    headers = {"Content-Type": "application/json", CLIENT_HEADER: call.client}
-    if call.app is not None:
-        headers[APP_HEADER] = call.app
+async def _send(router: Router, up: Upstream, call: Call) -> Response:
+    pool = up.pool
+    if pool is None:
+        cfg = router.config
+        pool = up.pool = Pool(up.url, cfg.connect_timeout_s, cfg.request_timeout_s)
+    head = up.heads.get(call.route)
+    if head is None:
+        head = up.heads[call.route] = pool.head(PATHS[call.route])
+    call.posted = True
     try:
-        resp = await router.session.post(
-            _url(worker, call.route), data=call.payload, headers=headers
-        )
-    except (aiohttp.ClientConnectionError, OSError) as exc:
-        raise UpstreamFailed(_text(exc), unreachable=True) from None
-    except TimeoutError:
-        raise UpstreamFailed("timed out", unreachable=True) from None
+        resp = await pool.post(head, _identity_headers(call), call.payload)
+    except UpstreamError as exc:
+        raise UpstreamFailed(str(exc), unreachable=exc.unreachable) from None
     if resp.status >= 500:
         text = await _read_text(resp)
-        resp.release()
+        resp.close()
         raise UpstreamFailed(f"answered {resp.status}: {text}")
     return resp
 
 
-_URLS: dict[tuple[str, Route], URL] = {}
+_CLIENT_PREFIX = CLIENT_HEADER.encode() + b": "
+_APP_PREFIX = APP_HEADER.encode() + b": "
 
 
-def _url(worker: str, route: Route) -> URL:
-    """The parsed upstream URL, built once per worker and route (not per request)."""
-    url = _URLS.get((worker, route))
-    if url is None:
-        url = _URLS[(worker, route)] = URL(worker + PATHS[route])
-    return url
+def _identity_headers(call: Call) -> bytes:
+    """``X-Fairserve-Client`` (and ``-App``) header lines; a name that cannot be a header
+    value is left out (the body's ``routing_key`` carries the client anyway)."""
+    client = header_value(call.client)
+    lines = _CLIENT_PREFIX + client + b"\r\n" if client is not None else b""
+    if call.app is not None:
+        app = header_value(call.app)
+        if app is not None:
+            lines += _APP_PREFIX + app + b"\r\n"
+    return lines
 
 
-async def _relay(
-    router: Router, call: Call, resp: aiohttp.ClientResponse, request: web.Request
-) -> tuple[web.StreamResponse, Usage | str]:
+async def _relay(router: Router, call: Call, resp: Response, out: Responder) -> Usage | str:
     if resp.status != 200:
-        body = await resp.read()
-        return web.Response(
-            body=body, status=resp.status, content_type="application/json"
-        ), "failed"
+        try:
+            body = await resp.read()
+        except UpstreamError as exc:
+            raise UpstreamFailed(f"answer cut off: {exc}") from None
+        out.answer(resp.status, body)
+        return "failed"
     if call.stream:
-        return await _relay_stream(router, call, resp, request)
+        return await _relay_stream(router, call, resp, out)
     try:
         data = await resp.read()
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise UpstreamFailed(f"answer cut off: {_text(exc)}") from None
+    except UpstreamError as exc:
+        raise UpstreamFailed(f"answer cut off: {exc}") from None
     data, usage = complete_body(data, call.route, call.req.input_tokens)
     latency = time.monotonic() - call.start_s
     _finish(router, call, usage, latency, latency)
-    return web.Response(body=data, content_type="application/json"), usage
+    out.answer(200, data)
+    return usage
 
 
-async def _relay_stream(
-    router: Router, call: Call, resp: aiohttp.ClientResponse, request: web.Request
-) -> tuple[web.StreamResponse, Usage | str]:
+async def _relay_stream(router: Router, call: Call, resp: Response, out: Responder) -> Usage | str:
     relay = SseRelay(call.route, call.want_usage, call.req.input_tokens)
-    out: web.StreamResponse | None = None
     ttft_s: float | None = None
     try:
-        async for chunk in resp.content.iter_any():
+        while chunk := await resp.read_some():
             data = relay.feed(chunk)
             if ttft_s is None and relay.state.first_token:
                 ttft_s = time.monotonic() - call.start_s
             if not data:
                 continue
-            if out is None:
-                out = await _open_stream(request, call)
+            if not call.sent:
+                await _open_stream(out, call)
             await out.write(data)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-        if out is None:
-            raise UpstreamFailed(f"stream cut off: {_text(exc)}") from None
-        error = ApiError(502, f"the worker's stream broke off: {_text(exc)}")
+    except UpstreamError as exc:
+        if not call.sent:
+            raise UpstreamFailed(f"stream cut off: {exc}") from None
+        error = ApiError(502, f"the worker's stream broke off: {exc}")
         await out.write(b"data: " + json.dumps(error_body(error)).encode() + b"\n\n")
         await out.write_eof()
-        return out, "failed"
-    if out is None and relay.state.chunks == 0:
+        return "failed"
+    if not call.sent and relay.state.chunks == 0:
         raise UpstreamFailed("stream ended without an event")
-    if out is None:
-        out = await _open_stream(request, call)
+    if not call.sent:
+        await _open_stream(out, call)
     await out.write(relay.close())
     usage = relay.usage()
     latency = time.monotonic() - call.start_s
     _finish(router, call, usage, latency, ttft_s if ttft_s is not None else latency)
     await out.write_eof()
-    return out, usage
+    return usage
 
 
-async def _open_stream(request: web.Request, call: Call) -> web.StreamResponse:
-    out = web.StreamResponse(headers=SSE_HEADERS)
+async def _open_stream(out: Responder, call: Call) -> None:
     call.sent = True
-    await out.prepare(request)
-    return out
+    await out.open_stream()
 
 
 # ------------------------------------------------------------------ endings
@@ -278,10 +296,11 @@ def _release(
     call: Call,
     worker: str,
     outcome: Usage | str,
-    resp: aiohttp.ClientResponse | None,
+    resp: Response | None,
 ) -> None:
     """Give the worker's slot back in the dispatcher and the fair queue; abort upstream
-    work nobody will read."""
+    work nobody will read (an answer not read to its end closes its connection; a client
+    that left also gets its request aborted by id)."""
     req, up = call.req, router.upstreams[worker]
     if isinstance(outcome, Usage):
         req.cached_tokens = min(outcome.cached_tokens, req.input_tokens)
@@ -295,13 +314,11 @@ def _release(
             up.queue.abort(req)
         if outcome == "failed":
             _end(router, call, "failed")
-    if resp is not None and not resp.closed and not isinstance(outcome, Usage):
-        was_done = resp.content.at_eof()
+    unfinished = resp is None or not resp.done
+    if resp is not None and not resp.done:
         resp.close()
-        if not was_done and outcome == "aborted":
-            router.spawn(_abort_upstream(router, worker, req.id))
-    elif resp is not None:
-        resp.release()
+    if outcome == "aborted" and call.posted and unfinished:
+        router.spawn(_abort_upstream(router, worker, req.id))
 
 
 async def _abort_upstream(router: Router, worker: str, rid: str) -> None:
@@ -318,10 +335,10 @@ async def _abort_upstream(router: Router, worker: str, rid: str) -> None:
         pass
 
 
-async def _read_text(resp: aiohttp.ClientResponse) -> str:
+async def _read_text(resp: Response) -> str:
     try:
-        return (await resp.text(errors="replace"))[:300]
-    except (aiohttp.ClientError, OSError, TimeoutError):
+        return (await resp.read()).decode("utf-8", errors="replace")[:300]
+    except UpstreamError:
         return ""
 
 

@@ -66,7 +66,7 @@ def complete_body(data: bytes, route: Route, prompt_tokens: int) -> tuple[bytes,
     """A non-streamed answer with its usage; ``usage`` is added when the upstream left it
     out (completion tokens counted with the router's tokenizer)."""
     try:
-        payload = json.loads(data)
+        payload = json.loads(data.decode())  # UTF-8, as workers send: no encoding sniffing
     except (ValueError, UnicodeDecodeError):
         return data, Usage(prompt_tokens, 0, 0)
     usage = usage_of(payload, route)

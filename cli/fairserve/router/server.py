@@ -1,7 +1,12 @@
-"""The router's aiohttp application and lifecycle: bind, serve, drain, stop.
+"""The router's HTTP servers and lifecycle: bind, serve, drain, stop.
 
 :class:`RouterServer` is what ``fairserve router``, ``launch`` and the tests start, so the
 tests exercise the same sockets and shutdown path as production.
+
+* The listening socket belongs to the lean front (:mod:`fairserve.router.front`), which
+  serves the generation routes' common case and hands every other connection to the
+  aiohttp application (all routes, same handlers); ``RouterConfig.lean_front=False``
+  serves everything with aiohttp.
 
 * Handlers are cancelled when their client disconnects (``handler_cancellation``): the
   proxy then aborts the upstream request.
@@ -12,6 +17,7 @@ tests exercise the same sockets and shutdown path as production.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
@@ -21,6 +27,8 @@ from aiohttp import web
 from fairserve.core.errors import FairserveError
 from fairserve.router import handlers
 from fairserve.router.config import RouterConfig
+from fairserve.router.front import Front
+from fairserve.router.metrics import RouterMetrics
 from fairserve.router.service import Router
 
 log = logging.getLogger("fairserve.router")
@@ -44,9 +52,13 @@ class RouterServer:
         self.host = config.host
         self.port = config.port
         self.router = Router(config)
+        # Label cap from the config (``Router`` builds a default one; see router.metrics).
+        self.router.metrics = RouterMetrics(config.metrics_max_clients, config.weights)
         self._url = [""]
         self._runner: web.AppRunner | None = None
         self._site: web.SockSite | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self.front: Front | None = None
 
     @property
     def url(self) -> str:
@@ -67,8 +79,14 @@ class RouterServer:
                 shutdown_timeout=1.0,
             )
             await self._runner.setup()
-            self._site = web.SockSite(self._runner, sock)
-            await self._site.start()
+            if self.config.lean_front:
+                assert self._runner.server is not None
+                self.front = Front(self.router, self._runner.server)
+                loop = asyncio.get_running_loop()
+                self._server = await loop.create_server(self.front, sock=sock, backlog=1024)
+            else:
+                self._site = web.SockSite(self._runner, sock)
+                await self._site.start()
         except BaseException:
             sock.close()
             await self.router.close()
@@ -79,14 +97,23 @@ class RouterServer:
         """Drain and stop; True when every in-flight request finished in time."""
         timeout = self.config.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         self.router.draining = True
+        if self._server is not None:
+            self._server.close()  # stop accepting; open connections stay
+            self._server = None
         if self._site is not None:
             await self._site.stop()
             self._site = None
         drained = await self.router.drain(timeout)
+        if self.front is not None:
+            self.front.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         await self.router.close()
+        for up in self.router.upstreams.values():
+            if up.pool is not None:
+                up.pool.close()
+                up.pool = None
         return drained
 
     async def __aenter__(self) -> RouterServer:

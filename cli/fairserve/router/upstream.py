@@ -24,6 +24,7 @@ import aiohttp
 
 from fairserve.core.types import tokens_to_key
 from fairserve.router.fairqueue import FairQueue
+from fairserve.router.pool import Pool
 
 log = logging.getLogger("fairserve.router")
 
@@ -48,6 +49,10 @@ class Upstream:
     reinstatements: int = 0
     consecutive_failures: int = 0
     last_error: str | None = None
+    pool: Pool | None = None
+    """Keep-alive connections of the proxied requests (opened at the first one)."""
+    heads: dict[str, bytes] = field(default_factory=dict)
+    """Route → the constant start of its upstream request."""
 
     @property
     def fairness(self) -> str:
