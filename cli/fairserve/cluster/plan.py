@@ -134,6 +134,7 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         weights=weights,
         admin_token=secrets.token_urlsafe(32),
         trace_path=options.record,
+        extension_urls={s.url: s.extension_url for s in specs if s.extension_port is not None},
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
     if not dry_run:

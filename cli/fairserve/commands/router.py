@@ -44,6 +44,16 @@ def router(
             show_default=False,
         ),
     ],
+    worker_extension: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--worker-extension",
+            metavar="WORKER_URL=EXTENSION_URL",
+            help="Where a worker serves the fairserve extension when it is on a side port "
+            "(SGLang with the plugin: FAIRSERVE_EXTENSION_PORT); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     host: Annotated[
         str, typer.Option("--host", help="Address to bind; 127.0.0.1 keeps it local.")
     ] = "127.0.0.1",
@@ -160,9 +170,25 @@ def router(
         metrics_max_clients=metrics_max_clients,
         trace_path=trace,
         drain_timeout_s=drain_timeout,
+        extension_urls=parse_extensions(worker_extension or []),
     )
     _use_uvloop()
     asyncio.run(_serve(config))
+
+
+def parse_extensions(pairs: list[str]) -> dict[str, str]:
+    """``WORKER_URL=EXTENSION_URL`` pairs as a mapping (the URLs are checked by the config)."""
+    from fairserve.core.errors import ConfigError
+
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        worker, sep, extension = pair.partition("=")
+        if not sep or not worker or not extension:
+            raise ConfigError(
+                f"--worker-extension: expected WORKER_URL=EXTENSION_URL, got {pair!r}"
+            )
+        mapping[worker.rstrip("/")] = extension.rstrip("/")
+    return mapping
 
 
 def _settle_gc() -> None:

@@ -14,6 +14,7 @@ accepts and ignores. Every error says which field is wrong and what was expected
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Mapping
@@ -253,9 +254,15 @@ def _optional_bool(value: object, field: str) -> bool:
     return value
 
 
+_RID_PREFIX = uuid.uuid4().hex[:16]
+_rid_counter = itertools.count()
+
+
 def _rid(value: object, field: str) -> str:
+    """The caller's rid, else a process-unique one: a random prefix drawn once and a counter
+    (``uuid4`` per request costs a system call on the router's hot path)."""
     if value is None:
-        return uuid.uuid4().hex
+        return f"{_RID_PREFIX}{next(_rid_counter):x}"
     if not isinstance(value, str) or not value:
         raise bad_request(f"{field}: expected a non-empty string, got {value!r}")
     return value

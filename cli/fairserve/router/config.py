@@ -77,6 +77,9 @@ class RouterConfig:
     connect_timeout_s: float = 2.0
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 10.0
+    extension_urls: Mapping[str, str] = field(default_factory=dict)
+    """Worker URL -> base URL of its fairserve extension, for engines that serve it on a
+    side port (SGLang with the plugin); other workers serve it at their own URL."""
 
     def __post_init__(self) -> None:
         if not self.worker_urls:
@@ -85,6 +88,10 @@ class RouterConfig:
             check_url(url)
         if len(set(self.worker_urls)) != len(self.worker_urls):
             raise ConfigError("--worker-url: the same URL is given twice")
+        for worker, extension in self.extension_urls.items():
+            if worker not in self.worker_urls:
+                raise ConfigError(f"--worker-extension: {worker} is not one of the --worker-url")
+            check_url(extension)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port: expected 0..65535, got {self.port}")
         _positive_int("--queue-cap", self.queue_cap)

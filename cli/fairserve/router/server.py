@@ -28,7 +28,6 @@ from fairserve.core.errors import FairserveError
 from fairserve.router import handlers
 from fairserve.router.config import RouterConfig
 from fairserve.router.front import Front
-from fairserve.router.metrics import RouterMetrics
 from fairserve.router.service import Router
 
 log = logging.getLogger("fairserve.router")
@@ -52,8 +51,6 @@ class RouterServer:
         self.host = config.host
         self.port = config.port
         self.router = Router(config)
-        # Label cap from the config (``Router`` builds a default one; see router.metrics).
-        self.router.metrics = RouterMetrics(config.metrics_max_clients, config.weights)
         self._url = [""]
         self._runner: web.AppRunner | None = None
         self._site: web.SockSite | None = None

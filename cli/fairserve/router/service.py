@@ -79,8 +79,11 @@ class Router:
         self.config = config
         self.dispatcher = build_dispatcher(config, config.worker_urls)
         self.accounting = Accounting(config.weights, config.w_e, config.w_q)
-        self.metrics = RouterMetrics()
-        self.upstreams = {url: Upstream(url) for url in config.worker_urls}
+        self.metrics = RouterMetrics(config.metrics_max_clients, config.weights)
+        self.upstreams = {
+            url: Upstream(url, extension_url=config.extension_urls.get(url))
+            for url in config.worker_urls
+        }
         self.local_quantum: float | None = config.quantum
         self.worker_quanta: dict[str, float | None] = {}
         """Q^u each worker with the extension reports (read when it comes up, and after
@@ -276,7 +279,7 @@ class Router:
         timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
         try:
             async with self.session.get(
-                up.url + "/fairserve/worker/quantum", timeout=timeout
+                up.extension_base + "/fairserve/worker/quantum", timeout=timeout
             ) as resp:
                 body = await resp.json(content_type=None) if resp.status == 200 else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
@@ -358,7 +361,7 @@ class Router:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             async with self.session.put(
-                up.url + WORKER_WEIGHTS_PATH,
+                up.extension_base + WORKER_WEIGHTS_PATH,
                 json={"client": client, "weight": weight},
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.config.health_timeout_s),

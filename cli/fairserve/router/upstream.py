@@ -41,6 +41,7 @@ class Upstream:
     extension: bool | None = None
     max_total_tokens: int | None = None
     capacity_tokens_per_s: float | None = None
+    extension_url: str | None = None
     models: list[str] = field(default_factory=list)
     queue: FairQueue | None = None
     eviction_cursor: int = 0
@@ -53,6 +54,11 @@ class Upstream:
     """Keep-alive connections of the proxied requests (opened at the first one)."""
     heads: dict[str, bytes] = field(default_factory=dict)
     """Route → the constant start of its upstream request."""
+
+    @property
+    def extension_base(self) -> str:
+        """Where ``/fairserve/worker/*`` lives: a side port (SGLang plugin) or the worker."""
+        return self.extension_url or self.url
 
     @property
     def fairness(self) -> str:
@@ -136,7 +142,7 @@ class HealthProber:
         models = await self._get_json(up, "/v1/models")
         if isinstance(models, dict) and isinstance(models.get("data"), list):
             up.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
-        state = await self._get_json(up, "/fairserve/worker/state")
+        state = await self._get_json(up, "/fairserve/worker/state", up.extension_base)
         up.extension = state is not None
         up.eviction_cursor = 0
 
@@ -145,7 +151,7 @@ class HealthProber:
         headers = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
         try:
             async with self.session.put(
-                up.url + "/fairserve/worker/quantum",
+                up.extension_base + "/fairserve/worker/quantum",
                 json={"quantum": quantum},
                 headers=headers,
                 timeout=self.timeout,
@@ -156,9 +162,10 @@ class HealthProber:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return f"{up.url}: {_describe(exc)}"
 
-    async def _get_json(self, up: Upstream, path: str) -> Any:
+    async def _get_json(self, up: Upstream, path: str, base: str | None = None) -> Any:
         """The JSON of a GET, or None when the worker does not serve ``path`` (404/405)."""
-        async with self.session.get(up.url + path, timeout=self.timeout) as resp:
+        url = (base or up.url) + path
+        async with self.session.get(url, timeout=self.timeout) as resp:
             if resp.status in (404, 405):
                 return None
             resp.raise_for_status()
@@ -178,9 +185,8 @@ async def poll_evictions(
     applied = 0
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     while True:
-        url = (
-            f"{up.url}/fairserve/worker/evictions?since={up.eviction_cursor}&limit={EVICTION_PAGE}"
-        )
+        query = f"since={up.eviction_cursor}&limit={EVICTION_PAGE}"
+        url = f"{up.extension_base}/fairserve/worker/evictions?{query}"
         async with session.get(url, timeout=timeout) as resp:
             if resp.status == 404:
                 up.extension = False

@@ -103,6 +103,8 @@ class WorkerProbe:
 class WorkerView:
     url: str
     healthy: bool = False
+    extension_url: str = ""
+    """Where the worker's fairserve extension answers (a side port for SGLang); "" = ``url``."""
     fairness: str = ""
     extension: bool = False
     outstanding: int = 0

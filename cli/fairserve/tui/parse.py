@@ -143,6 +143,7 @@ def _worker(data: Mapping[str, Any]) -> WorkerView:
     return WorkerView(
         url=as_str(data.get("url"), "?"),
         healthy=data.get("healthy") is True,
+        extension_url=as_str(data.get("extension_url")),
         fairness=as_str(data.get("fairness")),
         extension=data.get("extension") is True,
         outstanding=as_int(data.get("outstanding")),

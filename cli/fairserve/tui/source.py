@@ -155,8 +155,9 @@ class HttpStateSource:
 
     async def _probe(self, worker: WorkerView) -> WorkerProbe | None:
         path = WORKER_STATE_PATH if worker.extension else "/metrics"
+        base = (worker.extension_url if worker.extension else "") or worker.url
         try:
-            async with self._client().get(worker.url.rstrip("/") + path) as resp:
+            async with self._client().get(base.rstrip("/") + path) as resp:
                 if resp.status != 200:
                     raise SourceError(f"HTTP {resp.status}")
                 text = await resp.text()
