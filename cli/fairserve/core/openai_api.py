@@ -262,7 +262,7 @@ def _rid(value: object, field: str) -> str:
     """The caller's rid, else a process-unique one: a random prefix drawn once and a counter
     (``uuid4`` per request costs a system call on the router's hot path)."""
     if value is None:
-        return f"{_RID_PREFIX}{next(_rid_counter):x}"
+        return f"{_RID_PREFIX}{next(_rid_counter):016x}"  # 32 hex digits, like uuid4().hex
     if not isinstance(value, str) or not value:
         raise bad_request(f"{field}: expected a non-empty string, got {value!r}")
     return value
