@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from fairserve.core.errors import ConfigError
-from fairserve.core.radix import RadixTree, _Node
+from fairserve.core.radix import Node, RadixTree
 from fairserve.core.types import key_to_tokens, tokens_to_key
 
 Tokens = tuple[int, ...]
@@ -65,9 +65,9 @@ def extends(p: Tokens, base: Tokens) -> bool:
     return p[: len(base)] == base
 
 
-def walk(tree: RadixTree) -> Iterator[tuple[Tokens, Tokens, _Node]]:
+def walk(tree: RadixTree) -> Iterator[tuple[Tokens, Tokens, Node]]:
     """``(parent path, node path, node)`` for every node (white box: reads the nodes)."""
-    stack: list[tuple[Tokens, _Node]] = [((), child) for child in tree._root.children.values()]
+    stack: list[tuple[Tokens, Node]] = [((), child) for child in tree._root.children.values()]
     while stack:
         parent_path, node = stack.pop()
         path = parent_path + tuple(key_to_tokens(node.edge))
@@ -120,6 +120,34 @@ class LocalCacheMachine(RuleBasedStateMachine):
     @rule(query=near(inserted))
     def touch(self, query: Tokens) -> None:
         assert self.tree.touch(k(query)) == longest_held(self.present, query)
+
+    @rule(target=inserted, key=near(inserted))
+    def insert_locked(self, key: Tokens) -> Tokens:
+        expected = len(prefixes(key) - self.present)
+        assert self.tree.insert_locked(k(key)) == expected
+        self.present |= prefixes(key)
+        self.locks.append((key, len(key)))
+        return key
+
+    @precondition(lambda self: bool(self.locks))
+    @rule(
+        target=inserted,
+        index=st.integers(0, 1000),
+        tail=st.lists(st.integers(0, 3), max_size=4).map(tuple),
+        relock=st.booleans(),
+    )
+    def insert_from_lock(self, index: int, tail: Tokens, relock: bool) -> Tokens:
+        """A walk that starts at a lock's node inserts what a walk from the root would."""
+        locked = self.locks[index % len(self.locks)][0]
+        key = locked + tail
+        expected = len(prefixes(key) - self.present)
+        if relock:
+            assert self.tree.insert_locked(k(key), from_lock=k(locked)) == expected
+            self.locks.append((key, len(key)))
+        else:
+            assert self.tree.insert(k(key), from_lock=k(locked)) == expected
+        self.present |= prefixes(key)
+        return key
 
     @rule(key=near(inserted))
     def lock(self, key: Tokens) -> None:
@@ -280,6 +308,20 @@ TestGlobalTree = GlobalTreeMachine.TestCase
 TestGlobalTree.settings = STATEFUL
 
 
+class LockedGlobalTreeMachine(GlobalTreeMachine):
+    """The same, on a tree that once took a lock: removing an owner then takes the general
+    pruning path (it may not assume that no node is locked or ownerless)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tree.lock(b"")
+        self.tree.unlock(b"")
+
+
+TestLockedGlobalTree = LockedGlobalTreeMachine.TestCase
+TestLockedGlobalTree.settings = STATEFUL
+
+
 # --------------------------------------------------------------------------- LRU order
 @settings(max_examples=60, derandomize=True, deadline=None)
 @given(
@@ -408,6 +450,17 @@ def test_bad_key_length_is_a_config_error(bad: bytes) -> None:
         RadixTree().insert(bad)
 
 
+def test_insert_from_a_key_without_lock_or_not_a_prefix_raises() -> None:
+    tree = RadixTree()
+    tree.insert(k([1, 2, 3]))
+    with pytest.raises(ConfigError, match="locked prefix"):
+        tree.insert(k([1, 2, 3, 4]), from_lock=k([1, 2]))
+    tree.lock(k([1, 2]))
+    with pytest.raises(ConfigError, match="locked prefix"):
+        tree.insert(k([2, 2, 3, 4]), from_lock=k([1, 2]))
+    assert tree.insert(k([1, 2, 3, 4]), from_lock=k([1, 2])) == 1
+
+
 def test_unlock_without_lock_raises() -> None:
     tree = RadixTree()
     tree.insert(k([1, 2, 3]))
@@ -424,3 +477,31 @@ def test_unlock_without_lock_raises() -> None:
 def test_evict_owner_lru_rejects_negative_bound() -> None:
     with pytest.raises(ConfigError, match="max_tokens"):
         RadixTree().evict_owner_lru("w0", -1)
+
+
+# --------------------------------------------------------------------------- no cycles left
+def test_a_dropped_tree_unlinks_its_nodes() -> None:
+    """Parent links would make a dropped tree a cycle only the garbage collector frees."""
+    tree = RadixTree()
+    tree.insert(k([1, 2, 3]))
+    tree.insert(k([1, 2, 4, 5]))
+    nodes = [node for _, _, node in walk(tree)]
+    assert len(nodes) == 3 and any(n.parent is not None for n in nodes)
+    del tree
+    assert all(n.parent is None for n in nodes)
+
+
+@pytest.mark.parametrize("locked_once", [False, True])
+def test_pruned_subtrees_are_unlinked(locked_once: bool) -> None:
+    tree = RadixTree()
+    if locked_once:  # the general pruning path
+        tree.lock(b"")
+        tree.unlock(b"")
+    tree.insert(k([1, 2, 3, 4]), "w0")
+    tree.insert(k([1, 2, 3, 5, 6]), "w0")
+    tree.insert(k([1, 2]), "w1")
+    below = [node for _, path, node in walk(tree) if len(path) > 2]
+    assert len(below) == 3
+    assert tree.remove_owner(k([1, 2, 3]), "w0") == 4
+    assert tree.total_tokens == 2 and tree.node_count() == 1
+    assert all(n.parent is None for n in below)

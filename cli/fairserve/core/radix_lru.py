@@ -52,7 +52,7 @@ class LruIndex:
 
     def push(self, node: LruNode) -> None:
         """``node`` may be a candidate now (checked again when popped)."""
-        if evictable(node):
+        if node.ref == 0 and not node.children and node.parent is not None:  # evictable
             heapq.heappush(self._heap, (node.last_access, id(node), node))
 
     def pop(self) -> LruNode | None:

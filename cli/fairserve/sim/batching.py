@@ -19,12 +19,15 @@ if TYPE_CHECKING:
 
 
 class Batch:
-    """The step being formed: prefill chunks, decodes and what admission refused."""
+    """The step being formed: prefill chunks, whether the decoding requests decode, and
+    what admission refused."""
 
     def __init__(self, budget_tokens: int) -> None:
         self.budget_tokens = budget_tokens
         self.chunks: list[tuple[Slot, int]] = []
-        self.decodes: list[Slot] = []
+        self.decode = False
+        """Every decoding request produces a token in this step (no discipline decodes only
+        some of them)."""
         self.refused: set[int] = set()
 
     @property
@@ -39,39 +42,39 @@ class BatchFormation:
     policy: LocalPolicy
     pool: KVPool
     waiting: list[Request]
-    running: list[Slot]
+    _running: dict[Slot, None]
+    _prefilling: list[Slot]
     stats: EngineStats
     _output_keys: dict[int, bytes]
 
     def _form_batch(self, now_s: float) -> Batch:
         kind = self.config.batching
         budget = self.config.max_batch_tokens
-        decoding = [s for s in self.running if s.prefill_left <= 0]
         if kind == "fastertransformer":
             batch = Batch(budget)
-            if self.running:
-                batch.decodes = decoding
+            if self._running:
+                batch.decode = True
             else:
                 self._admit(batch, now_s, chunked=False)
             return batch
         if kind == "vllm-v0":
             batch = Batch(budget)
             self._admit(batch, now_s, chunked=False)
-            if not batch.chunks:
-                batch.decodes = decoding
+            batch.decode = not batch.chunks
             return batch
         if kind == "orca":
             batch = Batch(budget)
             self._admit(batch, now_s, chunked=False)
-            batch.decodes = decoding
+            batch.decode = True
             return batch
-        batch = Batch(max(0, budget - len(decoding)))
-        batch.decodes = decoding
-        for slot in self.running:
-            if slot.prefill_left > 0 and batch.budget_tokens > 0:
-                chunk = min(slot.prefill_left, batch.budget_tokens)
-                batch.chunks.append((slot, chunk))
-                batch.budget_tokens -= chunk
+        batch = Batch(max(0, budget - self.pool.decoding))
+        batch.decode = True
+        for slot in self._prefilling:
+            if batch.budget_tokens <= 0:
+                break
+            chunk = min(slot.prefill_left, batch.budget_tokens)
+            batch.chunks.append((slot, chunk))
+            batch.budget_tokens -= chunk
         self._admit(batch, now_s, chunked=True)
         return batch
 
@@ -102,7 +105,7 @@ class BatchFormation:
                 return False  # the budget frees up next step: not a memory refusal
             need = extend + pool.reservation(req)
             slot = None
-            if need < refused_need[0] and (cap is None or len(self.running) < cap):
+            if need < refused_need[0] and (cap is None or len(self._running) < cap):
                 slot = pool.try_admit(req, self._output_keys.get(id(req), b""))
                 if slot is None:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
@@ -124,7 +127,8 @@ class BatchFormation:
 
     def _start(self, slot: Slot, batch: Batch, now_s: float, chunked: bool) -> None:
         req = slot.req
-        self.running.append(slot)
+        self._running[slot] = None
+        self._prefilling.append(slot)
         if req.admit_s is None:
             req.admit_s = now_s
             self.stats.prompt_tokens += req.input_tokens

@@ -23,6 +23,7 @@ equal step-by-step execution while an hour of traffic simulates in seconds.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy
 from fairserve.sim.batching import Batch, BatchFormation
+from fairserve.sim.decoding import DecodeBook, charges_by_group
 from fairserve.sim.kvpool import KVPool, Slot
 
 BATCHING_DISCIPLINES = ("sarathi", "orca", "vllm-v0", "fastertransformer")
@@ -116,8 +118,9 @@ class _Span:
     """Planned steps already under way when planned (a cut keeps at least these)."""
 
 
-class Engine(BatchFormation):
-    """A waiting queue, a running batch, a KV pool and a local policy."""
+class Engine(BatchFormation, DecodeBook):
+    """A waiting queue, a running batch, a KV pool and a local policy; decoding requests
+    advance with the pool's decode clock (``sim.decoding``)."""
 
     def __init__(self, policy: LocalPolicy, time_model: BatchTimeModel, config: EngineConfig):
         self.policy = policy
@@ -125,12 +128,24 @@ class Engine(BatchFormation):
         self.config = config
         self.pool = KVPool(config.kv_capacity_tokens, config.reserve_output_ratio)
         self.waiting: list[Request] = []
-        self.running: list[Slot] = []
+        self._running: dict[Slot, None] = {}
+        """Running slots in admission order (the newest is retracted first)."""
+        self._prefilling: list[Slot] = []
+        """Running slots whose prefill is not done, in admission order."""
+        self._groups: dict[str, list[Request]] = {}
+        """Decoding requests by client (what a uniform decode charge needs)."""
+        self._context_base = 0
+        """Σ over decoding slots of prompt + output − synced clock: the decode batch reads
+        ``_context_base + decoding · clock`` context tokens."""
+        self._finish_at: list[tuple[int, int, Slot]] = []
+        """(clock the slot reaches its length at, seq, slot); departed slots are stale."""
         self.stats = EngineStats()
         self._output_keys: dict[int, bytes] = {}
         self._span: _Span | None = None
+        self._lazy_charge = charges_by_group(policy)
         self.track_decoded = True
-        """Fill ``StepResult.decoded`` per request (streaming hosts need it; the cluster
+        """Fill ``StepResult.decoded`` per request and keep every running request's
+        ``output_tokens`` current after each step (streaming hosts need it; the cluster
         simulation only needs the per-client sums and turns it off)."""
 
     # ---------------------------------------------------------------- requests
@@ -162,9 +177,9 @@ class Engine(BatchFormation):
                 self.policy.on_abort(req, now_s, was_waiting=True)
                 self.stats.aborted += 1
                 return req
-        for i, slot in enumerate(self.running):
+        for slot in self._running:
             if slot.req.id == rid:
-                del self.running[i]
+                self._leave(slot)
                 self.pool.release(slot, cache_output=False)
                 self._forget(slot.req)
                 self.policy.on_abort(slot.req, now_s, was_waiting=False)
@@ -174,14 +189,14 @@ class Engine(BatchFormation):
 
     def flush_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests run, like SGLang."""
-        if self.running:
+        if self._running:
             return False
         self.pool.flush()
         return True
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self._running)
 
     def waiting_by_client(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -205,7 +220,7 @@ class Engine(BatchFormation):
         if not self.has_work:
             return None
         batch = self._form_batch(now_s)
-        if not batch.chunks and not batch.decodes:
+        if not batch.chunks and not (batch.decode and self.pool.decoding):
             return None
         if horizon_s is not None and self._decode_only_blocked(batch):
             ends_s = self._plan_span(now_s, horizon_s)
@@ -254,92 +269,43 @@ class Engine(BatchFormation):
 
     def _execute(self, batch: Batch, now_s: float) -> StepResult:
         result = StepResult(now_s, now_s)
+        pool = self.pool
         completing = [s for s, chunk in batch.chunks if chunk >= s.prefill_left]
-        growing = batch.decodes + completing
-        while not self.pool.grow(growing, 1):
+        while not pool.can_grow((pool.decoding if batch.decode else 0) + len(completing)):
             victim = self._retract_one(batch, now_s)
             result.retracted.append(victim.req)
-            growing = [s for s in growing if s is not victim]
             completing = [s for s in completing if s is not victim]
-        load = batch.prefill_tokens + len(batch.decodes)
-        context = sum(s.prompt_tokens + s.req.output_tokens for s in batch.decodes)
+        decoding = pool.decoding if batch.decode else 0
+        prefill_tokens = batch.prefill_tokens
+        load = prefill_tokens + decoding
+        context = self._context_base + decoding * pool.clock if decoding else 0
         for slot, chunk in batch.chunks:
             context += slot.prompt_tokens + slot.req.output_tokens - slot.prefill_left
             slot.prefill_left -= chunk
+        end_s = result.end_s = now_s + self.time_model.batch_time_s(load, context)
+        lazy = self._lazy
+        before = [s for s in self._running if s.decoding] if decoding and not lazy else []
+        pool.grow(1 if decoding else 0, completing)
+        if completing:
+            self._prefilling = [s for s in self._prefilling if s.prefill_left > 0]
         for slot in completing:
-            self.pool.prefill_done(slot)
-            result.prefilled.append(slot.req)
-        result.end_s = now_s + self.time_model.batch_time_s(load, context)
-        result.prefill_tokens = batch.prefill_tokens
-        self.stats.prefill_tokens += batch.prefill_tokens
-        result.admitted = [s.req for s, _ in batch.chunks if s.req.admit_s == now_s]
-        self._produce(growing, 1, result)
-        return result
-
-    def _produce(self, slots: list[Slot], tokens: int, result: StepResult) -> None:
-        """Every slot produced ``tokens`` output tokens by ``result.end_s``.
-
-        One pass over the slots does all per-request work (this is the simulator's hot loop,
-        run for every running request at every event); the policy is then charged once and
-        the finish scan runs only when some request reached its length."""
-        end_s = result.end_s
-        groups: dict[str, list[Request]] = {}
-        finishing = False
-        for slot in slots:
+            pool.prefill_done(slot)
             req = slot.req
-            out = req.output_tokens + tokens
-            req.output_tokens = out
+            req.output_tokens += 1
             if req.first_token_s is None:
                 req.first_token_s = end_s
-            group = groups.get(req.client)
-            if group is None:
-                groups[req.client] = [req]
-            else:
-                group.append(req)
-            if out >= slot.target_tokens:
-                finishing = True
-        if self.track_decoded:
-            result.decoded.extend((s.req, tokens) for s in slots)
-        by_client = result.decoded_by_client
-        for client, group in groups.items():
-            by_client[client] = by_client.get(client, 0) + tokens * len(group)
-        self.stats.decode_tokens += tokens * len(slots)
-        result.decode_tokens += tokens * len(slots)
-        if groups:
-            self.policy.on_decode_groups(groups, tokens, end_s)
-        if finishing:
-            self._finish_done(end_s, result)
-
-    def _finish_done(self, end_s: float, result: StepResult) -> None:
-        still: list[Slot] = []
-        for slot in self.running:
-            if slot.prefill_left <= 0 and slot.req.output_tokens >= slot.target_tokens:
-                req = slot.req
-                req.finish_s = end_s
-                self.pool.release(slot, cache_output=self.config.cache_outputs)
-                self._forget(req)
-                self.policy.on_finish(req, end_s)
-                self.stats.finished += 1
-                result.finished.append(req)
-            else:
-                still.append(slot)
-        self.running = still
-
-    def _retract_one(self, batch: Batch, now_s: float) -> Slot:
-        """Memory ran out mid-decode: send the newest running request back to waiting."""
-        if len(self.running) <= 1:
-            raise ConfigError(
-                "KV capacity is too small for a single request; raise kv_capacity_tokens"
-            )
-        victim = self.running.pop()
-        batch.decodes = [s for s in batch.decodes if s is not victim]
-        batch.chunks = [(s, c) for s, c in batch.chunks if s is not victim]
-        self.pool.release(victim, cache_output=False)
-        self.pool.after_retraction()
-        self.waiting.insert(0, victim.req)
-        self.policy.on_retract(victim.req, now_s)
-        self.stats.retracted += 1
-        return victim
+            self._join(slot)
+            result.prefilled.append(req)
+        result.prefill_tokens = prefill_tokens
+        self.stats.prefill_tokens += prefill_tokens
+        result.admitted = [s.req for s, _ in batch.chunks if s.req.admit_s == now_s]
+        if decoding and lazy:
+            self._produce(1, result, None)
+        else:
+            for slot in before:
+                pool.sync(slot)
+            self._produce(1, result, before + completing)
+        return result
 
     # ---------------------------------------------------------------- fused decode
     def _admission_blocked(self, batch: Batch, result: StepResult) -> bool:
@@ -347,7 +313,7 @@ class Engine(BatchFormation):
 
         Refusals were decided at the start of the step; a finish or retraction during it
         freed memory, so then the next step must ask the policy again."""
-        if not self.running or any(s.prefill_left > 0 for s in self.running):
+        if not self._running or self._prefilling:
             return False
         if result.finished or result.retracted or not self.pool.ratio_settled:
             return False
@@ -361,9 +327,9 @@ class Engine(BatchFormation):
         """Before executing: this step is pure decode of every running request, nothing is
         admissible and memory cannot run out, so it starts a span of identical steps (the
         same conditions :meth:`_admission_blocked` checks after a step)."""
-        if batch.chunks or len(batch.decodes) != len(self.running):
+        if batch.chunks or not batch.decode or self._prefilling:
             return False
-        if not self.pool.ratio_settled or self.pool.growable_tokens() < len(self.running):
+        if not self.pool.ratio_settled or self.pool.growable_tokens() < len(self._running):
             return False
         if self.config.batching == "fastertransformer" or not self._may_fit_any():
             return True
@@ -372,16 +338,13 @@ class Engine(BatchFormation):
     def _plan_span(self, start_s: float, horizon_s: float) -> list[float]:
         """End times of the identical decode steps that can follow ``start_s``: up to the
         first finish, the memory limit or ``horizon_s``."""
-        slots = self.running
-        n = len(slots)
-        max_steps = self.pool.growable_tokens() // n
-        context = 0
-        for slot in slots:
-            out = slot.req.output_tokens
-            context += slot.prompt_tokens + out
-            left = slot.target_tokens - out
-            if left < max_steps:
-                max_steps = left
+        pool = self.pool
+        n = pool.decoding
+        heap = self._finish_at
+        while not heap[0][2].decoding:
+            heapq.heappop(heap)  # stale: left the batch
+        max_steps = min(pool.growable_tokens() // n, heap[0][0] - pool.clock)
+        context = self._context_base + n * pool.clock
         end_s = start_s
         ends_s: list[float] = []
         batch_time_s = self.time_model.batch_time_s
@@ -401,10 +364,9 @@ class Engine(BatchFormation):
         result.end_s = end_s
         if steps == 0:
             return result
-        slots = self.running
-        self.pool.grow(slots, steps)
+        self.pool.grow(steps)
         fused = StepResult(span.start_s, end_s, steps=steps)
-        self._produce(slots, steps, fused)
+        self._produce(steps, fused, None if self._lazy else self._decoding_slots())
         result.steps += steps
         result.decode_tokens += fused.decode_tokens
         self._merge_decoded(result, fused)
@@ -430,6 +392,3 @@ class Engine(BatchFormation):
         by_client = result.decoded_by_client
         for client, tokens in fused.decoded_by_client.items():
             by_client[client] = by_client.get(client, 0) + tokens
-
-    def _forget(self, req: Request) -> None:
-        self._output_keys.pop(id(req), None)

@@ -14,11 +14,20 @@ Memory model (SGLang's, simplified to tokens):
   then retracts running requests, as SGLang does. After a retraction the ratio jumps to 1
   and decays back to its base over :data:`RATIO_DECAY_STEPS` steps (SGLang's adaptive
   ratio), so a retracted request is not admitted and retracted again forever.
+
+Decode clock: every decoding request gains one output token per decode step, so instead of
+touching each one per step the pool counts the steps (:attr:`KVPool.clock`) and a decoding
+slot's fields (``private_tokens``, ``reserved_tokens`` and its request's ``output_tokens``)
+are brought up to date only when read (:meth:`KVPool.sync`). The pool's totals stay exact at
+every step; reservations running out are found in a heap of the clocks they end at. This is
+what makes a step cost O(requests that change) instead of O(running requests).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fairserve.core.errors import ConfigError
@@ -44,6 +53,16 @@ class Slot:
     """Output length at which the request finishes."""
     prompt_tokens: int
     """``req.input_tokens``, kept here because the hot loops read it for every step."""
+    seq: int = 0
+    """Admission order (the engine's running order)."""
+    decoding: bool = False
+    """Prefill done: the slot grows with the pool's decode clock."""
+    synced_clock: int = 0
+    """Pool clock the decoding slot's fields (and ``req.output_tokens``) are valid at."""
+    reserve_until: int = 0
+    """Pool clock at which a decoding slot's reservation is used up."""
+    reserving: bool = False
+    """Decoding with some reservation left (counted in the pool's ``_reserving``)."""
 
     @property
     def prefilling(self) -> bool:
@@ -70,6 +89,15 @@ class KVPool:
         """Eviction events not yet drained (full prefix keys; ``b""`` means everything)."""
         self.last_refused_claim = 0
         """Tokens the last refused admission needed, its cached prefix's new lock included."""
+        self.clock = 0
+        """Decode tokens every decoding slot has gained so far (see :meth:`sync`)."""
+        self.decoding = 0
+        """Decoding slots (those that grow with the clock)."""
+        self._reserving = 0
+        """Decoding slots whose reservation is not used up yet."""
+        self._reserve_ends: list[tuple[int, int, Slot]] = []
+        """(clock the reservation ends at, seq, slot); entries of departed slots are stale."""
+        self._admitted = 0
 
     # ---------------------------------------------------------------- queries
     @property
@@ -96,9 +124,10 @@ class KVPool:
     def cached_prefix(self, req: Request) -> int:
         """Prompt tokens served from cache if admitted now (at least one token is computed,
         as in SGLang, so the last position yields logits)."""
-        if req.input_tokens == 0:
+        key = req.prompt_key
+        if not key:
             return 0
-        return min(self.tree.match_len(req.prompt_key), req.input_tokens - 1)
+        return min(self.tree.match_len(key), len(key) // TOKEN_BYTES - 1)
 
     def reservation(self, req: Request) -> int:
         remaining = max(0, req.max_output_tokens - req.output_tokens)
@@ -110,24 +139,25 @@ class KVPool:
 
         Locking makes the matched prefix unevictable, so the claim counts those tokens too
         when they were not locked already."""
-        protected_before = self.tree.protected_tokens
-        matched = self.tree.lock(req.prompt_key)
-        cached = min(matched, max(0, req.input_tokens - 1))
+        tree = self.tree
+        protected_before = tree.protected_tokens
+        matched = tree.lock(req.prompt_key)
+        prompt_tokens = req.input_tokens
+        cached = min(matched, max(0, prompt_tokens - 1))
         # A retracted request recomputes the output it had generated (SGLang re-prefills it).
-        extend = req.input_tokens - cached + req.output_tokens
+        extend = prompt_tokens - cached + req.output_tokens
         reserve = self.reservation(req)
-        claim = self.private_tokens + self.reserved_tokens + self.tree.protected_tokens
+        claim = self.private_tokens + self.reserved_tokens + tree.protected_tokens
         if claim + extend + reserve > self.capacity_tokens:
-            self.last_refused_claim = (
-                extend + reserve + self.tree.protected_tokens - protected_before
-            )
-            self.tree.unlock(req.prompt_key)
+            self.last_refused_claim = extend + reserve + tree.protected_tokens - protected_before
+            tree.unlock(req.prompt_key)
             return None
         self._make_room(extend)
         self.private_tokens += extend
         self.reserved_tokens += reserve
         req.cached_tokens = cached
         target = req.output_len if req.output_len is not None else req.max_output_tokens
+        self._admitted += 1
         return Slot(
             req=req,
             lock_key=req.prompt_key,
@@ -137,27 +167,72 @@ class KVPool:
             private_tokens=extend,
             output_key=output_key,
             target_tokens=max(1, min(target, req.max_output_tokens or 1)),
-            prompt_tokens=req.input_tokens,
+            prompt_tokens=prompt_tokens,
+            seq=self._admitted,
         )
 
     # ---------------------------------------------------------------- running
-    def grow(self, slots: list[Slot], tokens_each: int) -> bool:
-        """Give every slot ``tokens_each`` new output tokens of KV; False if memory is short."""
-        need = len(slots) * tokens_each
-        if need > self.growable_tokens():
-            return False
+    def can_grow(self, tokens: int) -> bool:
+        """Could running requests add ``tokens`` tokens of KV (evicting cache if needed)?"""
+        return tokens <= self.growable_tokens()
+
+    def grow(self, decode_tokens: int, joining: Sequence[Slot] = ()) -> None:
+        """Every decoding slot gains ``decode_tokens`` output tokens of KV and every slot in
+        ``joining`` (prefill completing now, not decoding yet) one; the caller checked
+        :meth:`can_grow`. Costs O(len(joining)) plus the reservations that end."""
+        need = self.decoding * decode_tokens + len(joining)
         self._make_room(need)
         self.private_tokens += need
         released = 0
-        for slot in slots:
-            slot.private_tokens += tokens_each
-            reserved = slot.reserved_tokens
-            if reserved:
-                used = reserved if reserved < tokens_each else tokens_each
-                slot.reserved_tokens = reserved - used
-                released += used
+        for slot in joining:
+            slot.private_tokens += 1
+            if slot.reserved_tokens:
+                slot.reserved_tokens -= 1
+                released += 1
+        if decode_tokens and self._reserving:
+            released += self._release_reserves(decode_tokens)
         self.reserved_tokens -= released
-        return True
+        self.clock += decode_tokens
+
+    def _release_reserves(self, decode_tokens: int) -> int:
+        """Reserved tokens the decoding slots use up over the next ``decode_tokens`` steps:
+        one a step each, until a slot's reservation ends."""
+        clock, end = self.clock, self.clock + decode_tokens
+        released = 0
+        heap = self._reserve_ends
+        while heap and heap[0][0] <= end:
+            until, _seq, slot = heapq.heappop(heap)
+            if slot.reserving and slot.reserve_until == until:
+                released += until - clock
+                slot.reserving = False
+                self._reserving -= 1
+        return released + decode_tokens * self._reserving
+
+    def join(self, slot: Slot) -> None:
+        """The slot's prefill is done (and its first token counted): it decodes from now on,
+        growing with the clock."""
+        slot.decoding = True
+        slot.synced_clock = self.clock
+        self.decoding += 1
+        if slot.reserved_tokens:
+            slot.reserve_until = until = self.clock + slot.reserved_tokens
+            slot.reserving = True
+            self._reserving += 1
+            if until < self.clock + slot.target_tokens - slot.req.output_tokens:
+                # Runs out before the request finishes (a reservation ratio below 1);
+                # otherwise the finish releases it.
+                heapq.heappush(self._reserve_ends, (until, slot.seq, slot))
+
+    def sync(self, slot: Slot) -> None:
+        """Bring a decoding slot's fields and ``req.output_tokens`` up to the clock."""
+        if slot.decoding:
+            gained = self.clock - slot.synced_clock
+            if gained:
+                slot.synced_clock = self.clock
+                slot.req.output_tokens += gained
+                slot.private_tokens += gained
+                reserved = slot.reserved_tokens
+                slot.reserved_tokens = reserved - gained if reserved > gained else 0
 
     def after_retraction(self) -> None:
         """Memory ran out: reserve fully again until the ratio has decayed."""
@@ -176,8 +251,7 @@ class KVPool:
     def prefill_done(self, slot: Slot) -> None:
         """The prompt is computed: it joins the tree and the lock moves onto all of it."""
         req = slot.req
-        self.tree.insert(req.prompt_key)
-        self.tree.lock(req.prompt_key)
+        self.tree.insert_locked(req.prompt_key, from_lock=slot.lock_key)
         self.tree.unlock(slot.lock_key)
         slot.lock_key = req.prompt_key
         self.private_tokens -= slot.extend_tokens
@@ -186,10 +260,18 @@ class KVPool:
     def release(self, slot: Slot, cache_output: bool) -> None:
         """A request left the batch: free its KV; on a finish, cache prompt + output."""
         req = slot.req
+        if slot.decoding:
+            self.sync(slot)
+            slot.decoding = False
+            self.decoding -= 1
+            if slot.reserving:
+                slot.reserving = False
+                self._reserving -= 1
         if cache_output and not slot.prefilling:
             produced = min(req.output_tokens, len(slot.output_key) // TOKEN_BYTES)
             if produced:
-                self.tree.insert(req.prompt_key + slot.output_key[: produced * TOKEN_BYTES])
+                output = slot.output_key[: produced * TOKEN_BYTES]
+                self.tree.insert(req.prompt_key + output, from_lock=slot.lock_key)
         self.private_tokens -= slot.private_tokens
         self.reserved_tokens -= slot.reserved_tokens
         slot.private_tokens = slot.reserved_tokens = 0
@@ -208,6 +290,6 @@ class KVPool:
 
     # ---------------------------------------------------------------- internals
     def _make_room(self, tokens: int) -> None:
-        short = tokens - self.free_tokens
+        short = tokens + self.tree.total_tokens + self.private_tokens - self.capacity_tokens
         if short > 0:
             self.evicted.extend(self.tree.evict(short))

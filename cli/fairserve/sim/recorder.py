@@ -90,7 +90,8 @@ class Recorder:
         self.samples: list[ServiceSample] = [ServiceSample(0.0, dict(self.service), frozenset())]
         self.records: list[RequestRecord] = []
         self.queue_samples: list[tuple[float, int]] = [(0.0, 0)]
-        self._next_sample_s = interval_s
+        self.next_sample_s = interval_s
+        """When the next sample is due (the event loop checks it before calling in)."""
         self._worker_finished: dict[int, int] = {}
         self._credited: set[int] = set()
 
@@ -112,18 +113,22 @@ class Recorder:
         self._client(req.client).rejected += 1
 
     def step(self, worker: int, result: StepResult) -> None:
-        w_e, w_q, service = self.w_e, self.w_q, self.service
+        w_e, w_q, service, counters = self.w_e, self.w_q, self.service, self.counters
+        credited = self._credited
         for req in result.prefilled:
-            if id(req) not in self._credited:
-                self._credited.add(id(req))
-                service[req.client] += w_e * req.input_tokens
-                self.counters[req.client].input_tokens += req.input_tokens
+            if id(req) not in credited:
+                credited.add(id(req))
+                tokens = req.input_tokens
+                service[req.client] += w_e * tokens
+                counters[req.client].input_tokens += tokens
         for client, tokens in result.decoded_by_client.items():
             service[client] += w_q * tokens
-            self.counters[client].output_tokens += tokens
+            counters[client].output_tokens += tokens
+        if not result.finished:
+            return
+        self._worker_finished[worker] = self._worker_finished.get(worker, 0) + len(result.finished)
         for req in result.finished:
-            self._credited.discard(id(req))
-            self._worker_finished[worker] = self._worker_finished.get(worker, 0) + 1
+            credited.discard(id(req))
             self.records.append(
                 RequestRecord(
                     req.client,
@@ -139,17 +144,17 @@ class Recorder:
 
     def sample_until(self, t_s: float, engines: Sequence[Engine]) -> None:
         """Take the samples due at or before ``t_s`` (state as of the last event)."""
-        if self._next_sample_s > t_s:
+        if self.next_sample_s > t_s:
             return
         backlogged: set[str] = set()
         for engine in engines:
             backlogged.update(r.client for r in engine.waiting)
         frozen = frozenset(backlogged)
         queued = sum(len(engine.waiting) for engine in engines)
-        while self._next_sample_s <= t_s:
-            self.samples.append(ServiceSample(self._next_sample_s, dict(self.service), frozen))
-            self.queue_samples.append((self._next_sample_s, queued))
-            self._next_sample_s += self.interval_s
+        while self.next_sample_s <= t_s:
+            self.samples.append(ServiceSample(self.next_sample_s, dict(self.service), frozen))
+            self.queue_samples.append((self.next_sample_s, queued))
+            self.next_sample_s += self.interval_s
 
     def result(
         self,

@@ -1,0 +1,60 @@
+"""The pieces of a token radix tree (``core.radix``): nodes, owner matches, edge compare."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.types import TOKEN_BYTES
+
+Owner = Hashable
+
+
+class Node:
+    """One compressed edge: ``edge`` holds the tokens from the parent to this node."""
+
+    __slots__ = ("children", "edge", "last_access", "owners", "parent", "ref")
+
+    def __init__(self, edge: bytes, parent: Node | None) -> None:
+        self.edge = edge
+        self.parent = parent
+        self.children: dict[bytes, Node] = {}
+        self.owners: set[Owner] = set()
+        self.ref = 0
+        self.last_access = 0
+
+    @property
+    def tokens(self) -> int:
+        return len(self.edge) // TOKEN_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerMatch:
+    """Longest prefix of a key held by any owner, and the owners that hold all of it."""
+
+    tokens: int
+    owners: frozenset[Owner]
+
+
+def check_key(key: bytes) -> None:
+    if len(key) % TOKEN_BYTES:
+        raise ConfigError(f"token key length {len(key)} is not a multiple of {TOKEN_BYTES}")
+
+
+def common_tokens(key: bytes, pos: int, edge: bytes) -> int:
+    """Number of whole tokens shared by ``key[pos:]`` and ``edge`` (binary search on memcmp)."""
+    lo, hi = 0, min(len(edge), len(key) - pos) // TOKEN_BYTES
+    view = memoryview(edge)  # slices of a view are not copies; edges run to 16 KiB
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if key.startswith(view[: mid * TOKEN_BYTES], pos):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+Walk = tuple[Node, int, "Node | None", int]
+"""(deepest node on the key's path, bytes of the key it covers, the child the key runs
+into part-way or None, tokens shared with that child)."""

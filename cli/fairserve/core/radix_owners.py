@@ -1,0 +1,211 @@
+"""The global-tree half of :class:`~fairserve.core.radix.RadixTree`: owners.
+
+A dispatcher's tree records, per node, the workers (*owners*) whose cache holds that
+prefix. A child's owners are a subset of its parent's (a worker that caches a prefix caches
+every shorter prefix of it); nodes left without owners are pruned.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.radix_node import Node, Owner, OwnerMatch, Walk, common_tokens
+from fairserve.core.types import TOKEN_BYTES
+
+
+class OwnerIndex:
+    """Mixin of :class:`~fairserve.core.radix.RadixTree`: owner queries and removal."""
+
+    _root: Node
+    _owner_tokens: dict[Owner, int]
+    _owned: bool
+    total_tokens: int
+    protected_tokens: int
+
+    if TYPE_CHECKING:
+
+        def _split(self, child: Node, shared_tokens: int) -> Node: ...
+        def _detach(self, node: Node) -> Node: ...
+        def _full_key(self, node: Node) -> bytes: ...
+        def _remember(self, key: bytes, walk: Walk) -> None: ...
+
+    def match_owners(self, key: bytes) -> OwnerMatch:
+        """Longest prefix of ``key`` held by some owner, and all owners holding it."""
+        # The owners are copied once, at the end: a set per edge walked would dominate.
+        node, pos = self._root, 0
+        n = len(key)
+        startswith = key.startswith
+        while pos < n:
+            child = node.children.get(key[pos : pos + TOKEN_BYTES])
+            if child is None or not child.owners:
+                break
+            edge = child.edge
+            if startswith(edge, pos):
+                pos += len(edge)
+                node = child
+                continue
+            shared = common_tokens(key, pos, edge)
+            self._remember(key, (node, pos, child, shared))
+            return OwnerMatch(pos // TOKEN_BYTES + shared, frozenset(child.owners))
+        if pos >= n or child is None:  # the walk ended on the tree's shape, not on owners
+            self._remember(key, (node, pos, None, 0))
+        return OwnerMatch(pos // TOKEN_BYTES, frozenset(node.owners))
+
+    def owner_tokens(self, owner: Owner) -> int:
+        """Tokens the tree records as cached by ``owner``."""
+        return self._owner_tokens.get(owner, 0)
+
+    def owners(self) -> list[Owner]:
+        """Owners that hold at least one token."""
+        return [o for o, t in self._owner_tokens.items() if t > 0]
+
+    def remove_owner(self, key: bytes, owner: Owner) -> int:
+        """Apply an eviction event: ``owner`` no longer caches ``key`` nor anything below it.
+
+        Returns the owner's tokens removed. Nodes left without owners are pruned."""
+        node, pos = self._root, 0
+        n = len(key)
+        startswith = key.startswith
+        while pos < n:
+            child = node.children.get(key[pos : pos + TOKEN_BYTES])
+            if child is None:
+                return 0
+            edge = child.edge
+            if startswith(edge, pos):
+                pos += len(edge)
+                node = child
+                continue
+            shared = common_tokens(key, pos, edge)
+            if shared == 0:
+                return 0
+            node = self._split(child, shared)
+            pos += len(node.edge)
+        if node is self._root:
+            return self.remove_owner_everywhere(owner)
+        return self._drop_owner_subtree(node, owner)
+
+    def remove_owner_everywhere(self, owner: Owner) -> int:
+        """Forget everything ``owner`` caches (a worker restarted or was removed)."""
+        return sum(
+            self._drop_owner_subtree(child, owner) for child in list(self._root.children.values())
+        )
+
+    def evict_owner_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
+        """Approximate an owner's LRU cache bound: drop its LRU leaves until it holds at most
+        ``max_tokens`` tokens. Returns the removed prefixes."""
+        if max_tokens < 0:
+            raise ConfigError(f"max_tokens must be >= 0, got {max_tokens}")
+        removed: list[bytes] = []
+        if self.owner_tokens(owner) <= max_tokens:
+            return removed
+        heap = [(n.last_access, id(n), n) for n in self._owner_leaves(owner)]
+        heapq.heapify(heap)
+        while heap and self.owner_tokens(owner) > max_tokens:
+            _, _, leaf = heapq.heappop(heap)
+            if owner not in leaf.owners or any(owner in c.owners for c in leaf.children.values()):
+                continue
+            removed.append(self._full_key(leaf))
+            parent = leaf.parent
+            self._drop_owner_subtree(leaf, owner)
+            if self._is_owner_leaf(parent, owner):
+                assert parent is not None
+                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        return removed
+
+    def _owner_leaves(self, owner: Owner) -> Iterator[Node]:
+        stack = [c for c in self._root.children.values() if owner in c.owners]
+        while stack:
+            node = stack.pop()
+            below = [c for c in node.children.values() if owner in c.owners]
+            if below:
+                stack.extend(below)
+            else:
+                yield node
+
+    def _is_owner_leaf(self, node: Node | None, owner: Owner) -> bool:
+        """True when ``owner`` holds ``node`` but none of its children."""
+        if node is None or node is self._root or owner not in node.owners:
+            return False
+        return not any(owner in c.owners for c in node.children.values())
+
+    def _drop_owner_subtree(self, top: Node, owner: Owner) -> int:
+        if self._owned:
+            return self._drop_owner_owned(top, owner)
+        removed = 0
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            if owner not in node.owners:
+                continue
+            node.owners.discard(owner)
+            self._owner_tokens[owner] -= node.tokens
+            removed += node.tokens
+            stack.extend(node.children.values())
+        self._prune_ownerless(top)
+        return removed
+
+    def _drop_owner_owned(self, top: Node, owner: Owner) -> int:
+        """``_drop_owner_subtree`` for a pure global tree: no locks, and no ownerless node
+        outlives an update, so (children's owners being subsets of their parent's) the
+        nodes left ownerless are whole subtrees below the owner's own nodes."""
+        owners = top.owners
+        if not top.children and owner in owners:  # the usual event: one leaf
+            owners.discard(owner)
+            removed = len(top.edge) // TOKEN_BYTES
+            self._owner_tokens[owner] -= removed
+            if not owners:
+                self._detach(top)
+            return removed
+        removed_bytes = inside_bytes = 0
+        tops: list[Node] = []
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            owners = node.owners
+            if owner not in owners:
+                continue
+            owners.discard(owner)
+            removed_bytes += len(node.edge)
+            stack.extend(node.children.values())
+            if not owners:
+                parent = node.parent
+                if node is not top and parent is not None and not parent.owners:
+                    inside_bytes += len(node.edge)  # goes with an ownerless ancestor
+                    node.parent = None  # no cycle left for the garbage collector
+                else:
+                    tops.append(node)
+        removed = removed_bytes // TOKEN_BYTES
+        if removed:
+            self._owner_tokens[owner] -= removed
+        self.total_tokens -= inside_bytes // TOKEN_BYTES
+        for node in tops:
+            self._detach(node)
+        return removed
+
+    def _prune_ownerless(self, top: Node) -> None:
+        """Remove ownerless, unreferenced subtrees at or below ``top`` (global-tree mode)."""
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            if node.owners or node.ref > 0 or node.parent is None:
+                stack.extend(node.children.values())
+                continue
+            if self.protected_tokens and any(n.ref > 0 for n in self._subtree(node)):
+                stack.extend(node.children.values())
+                continue
+            if node.children:
+                for n in self._subtree(node):
+                    if n is not node:
+                        self.total_tokens -= n.tokens
+                        n.parent = None  # detached with it; no cycle left for the GC
+            self._detach(node)
+
+    def _subtree(self, top: Node) -> Iterator[Node]:
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
