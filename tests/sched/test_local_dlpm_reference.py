@@ -112,3 +112,36 @@ def test_fast_decision_matches_the_literal_algorithm(
     assert got == expected
     for client, q in expected_deficits.items():
         assert math.isclose(policy.deficits[client], q), client
+
+
+@settings(max_examples=200)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(1, 80), st.booleans(), st.integers(0, 40)),
+        min_size=1,
+        max_size=30,
+    ),
+    start=st.dictionaries(st.sampled_from("abc"), st.integers(-200, 60), max_size=3),
+    patience=st.integers(0, 3),
+)
+def test_one_request_shortcut_equals_the_general_decision(
+    steps: list[tuple[str, int, bool, int]], start: dict[str, int], patience: int
+) -> None:
+    """A queue of one takes a shortcut; over a run of such decisions (fitting or blocked on
+    memory, partly cached) deficits, refills, fill patience and charges match the passes."""
+    fast = DLPM(quantum=QUANTUM, fill_patience=patience)
+    general = DLPM(quantum=QUANTUM, fill_patience=patience)
+    for policy in (fast, general):
+        policy.deficits.update({c: float(q) for c, q in start.items()})
+    for i, (client, size, fits, cached) in enumerate(steps):
+        decisions = []
+        for policy, select in ((fast, fast.select), (general, general._select_passes)):
+            req = unique_request(f"r{i}", client, size, 4, arrival_s=float(i))
+            policy.on_arrival(req, req.arrival_s)
+            admitted = select([req], lambda r, ok=fits: ok, lambda r, c=cached: c, float(i))
+            if not admitted:
+                policy.on_abort(req, float(i), was_waiting=True)
+            decisions.append(([r.id for r in admitted], dict(policy.deficits), policy.refills))
+            decisions.append((policy.blocked_decisions, dict(policy.service)))
+        assert decisions[0] == decisions[2]
+        assert decisions[1] == decisions[3]

@@ -126,17 +126,23 @@ class DLPM(LocalPolicy):
         decision: charging the shared prefix again and refunding it after the decision
         (``correct_extend``) would trigger refills on phantom costs and leave the client
         with ``q`` far above ``Q^u``, starving everyone else until it is spent."""
+        if len(waiting) == 1:
+            return self._select_one(waiting[0], can_fit, match_len, now_s)
+        return self._select_passes(waiting, can_fit, match_len, now_s)
+
+    def _select_passes(
+        self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
+    ) -> list[Request]:
+        """The general decision: LPM order, Algorithm 1's passes, then the fill."""
         matches = [match_len(req) for req in waiting]  # once per request per decision
         matched = dict(zip(map(id, waiting), matches, strict=True))
         admitted: list[Request] = []
-        batch = RadixTree()  # prompts admitted in this decision: their prefixes are shared
+        batch = _AdmittedPrompts()
 
         def admit(req: Request) -> None:
-            cached = matched[id(req)]
-            if admitted:
-                cached = max(cached, batch.match_len(req.prompt_key))
+            cached = max(matched[id(req)], batch.shared_tokens(req.prompt_key))
             self.on_admit(req, max(0, req.input_tokens - cached), now_s)
-            batch.insert(req.prompt_key)
+            batch.add(req.prompt_key)
             admitted.append(req)
 
         order = lpm_sorted(waiting, matches)
@@ -145,6 +151,23 @@ class DLPM(LocalPolicy):
         state.run(can_fit, admit)
         self.blocked_decisions = self.blocked_decisions + 1 if state.credit_blocked else 0
         return admitted
+
+    def _select_one(
+        self, req: Request, can_fit: CanFit, match_len: MatchLen, now_s: float
+    ) -> list[Request]:
+        """:meth:`select` for a queue of one request, which is most decisions of a worker
+        that keeps up; the same deficits, refills and fill patience as the general passes
+        (the only backlogged client is refilled if it has no credit, then the request is
+        admitted if it fits), without their per-decision set-up."""
+        client = req.client
+        if self.deficits.setdefault(client, 0.0) <= 0:
+            self._refill((client,))  # CHECKREFILL: nobody queued has credit
+        if not can_fit(req):
+            self.blocked_decisions += 1  # the client now has credit and is blocked on memory
+            return []
+        self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
+        self.blocked_decisions = 0
+        return [req]
 
     def _refill(self, candidates: Collection[str]) -> None:
         """Lines 6-7, as many times in a row as it takes to give a candidate ``q > 0``.
@@ -174,3 +197,31 @@ class DLPM(LocalPolicy):
 
     def _client_state(self, client: str) -> dict[str, Any]:
         return {"deficit": self.deficits.get(client, 0.0)}
+
+
+class _AdmittedPrompts:
+    """Prompts admitted so far in one decision, whose prefixes later admissions share.
+
+    Most decisions admit one or two requests, so the radix tree is built only when a
+    second admission asks for the prefix it shares."""
+
+    def __init__(self) -> None:
+        self._first: bytes | None = None
+        self._tree: RadixTree | None = None
+
+    def shared_tokens(self, key: bytes) -> int:
+        if self._first is None:
+            return 0
+        return self._built().match_len(key)
+
+    def add(self, key: bytes) -> None:
+        if self._first is None:
+            self._first = key
+        else:
+            self._built().insert(key)
+
+    def _built(self) -> RadixTree:
+        if self._tree is None:
+            self._tree = RadixTree()
+            self._tree.insert(self._first or b"")
+        return self._tree
