@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, cast
 
 from multidict import CIMultiDict
 
-from fairserve.core.openai_api import ApiError, Route, parse_json
+from fairserve.core.openai_api import ApiError, Route
 from fairserve.router import handlers, proxy
-from fairserve.router.identity import application, identify
 
 if TYPE_CHECKING:
     from fairserve.router.service import Router
@@ -232,17 +231,11 @@ class FrontConnection(asyncio.Protocol):
             transport.resume_reading()
 
     async def _serve(self, route: Route, headers: CIMultiDict[str], raw: bytes) -> None:
-        """``handlers._generation``'s handler, on the front (keep the two in step)."""
+        """``handlers._generation``'s handler, on the front."""
         router = self.front.router
         try:
-            if router.draining:
-                raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
-            body = parse_json(raw)
-            client = identify(headers, body, router.config.clients)
-            app = application(headers)
-            spec = handlers.PARSERS[route](body, headers)
-            router.check_model(spec.model)
-            call = handlers._new_call(router, route, spec, body, client, app, raw)
+            handlers.check_open(router)
+            call = handlers.prepare_call(router, route, headers, raw)
             await proxy.serve(router, call, self)
         except ApiError as exc:
             self._error(exc)

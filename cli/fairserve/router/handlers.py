@@ -83,22 +83,34 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 # ------------------------------------------------------------------ generation
 def _generation(route: Route) -> Callable[[web.Request], Any]:
-    parse = PARSERS[route]
-
     async def handle(request: web.Request) -> web.StreamResponse:
         router = request.app[ROUTER]
-        if router.draining:
-            raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
-        raw = await request.read()
-        body = parse_json(raw)
-        client = identify(request.headers, body, router.config.clients)
-        app = application(request.headers)
-        spec = parse(body, request.headers)
-        router.check_model(spec.model)
-        call = _new_call(router, route, spec, body, client, app, raw)
+        check_open(router)
+        call = prepare_call(router, route, request.headers, await request.read())
         return await proxy.forward(router, call, request)
 
     return handle
+
+
+def check_open(router: Router) -> None:
+    """Refuse new generation requests while the router drains (before reading the body)."""
+    if router.draining:
+        raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
+
+
+def prepare_call(
+    router: Router, route: Route, headers: Mapping[str, str], raw: bytes
+) -> proxy.Call:
+    """A generation request, validated, identified and counted, ready to queue and dispatch.
+
+    Shared by the aiohttp handlers and the lean front (``front.py``), so both refuse,
+    identify and account alike. Raises :class:`ApiError` for what the client must fix."""
+    body = parse_json(raw)
+    client = identify(headers, body, router.config.clients)
+    app = application(headers)
+    spec = PARSERS[route](body, headers)
+    router.check_model(spec.model)
+    return _new_call(router, route, spec, body, client, app, raw)
 
 
 def _new_call(
