@@ -6,7 +6,10 @@ Cases, against two upstreams that answer a small completion at once: ``direct``,
 cases are interleaved over ``--rounds`` rounds, under load and with one client (the latency
 added without queueing), so that other load on the machine hits all alike; ratios are taken
 within each round. ``--harness lean`` (raw asyncio HTTP/1.1 load generator and upstreams)
-leaves more CPU to the routers than ``aiohttp``. Not a test: nothing asserts a speed. Run::
+leaves more CPU to the routers than ``aiohttp``. Each router's CPU time per request (its
+processes, all threads) is reported too: fairserve's router is one Python thread, so its
+requests/s are capped at one core's worth, while ``sglang-router`` spreads its work over
+threads. Not a test: nothing asserts a speed. Run::
 
     python tests/perf/bench_router.py [--rounds 3] [--duration 3] [--harness lean] [--json]
 """
@@ -27,6 +30,8 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # runnable as a script: the shared test helpers
@@ -138,12 +143,23 @@ def process(
             proc.wait()
 
 
-def _start(stack: contextlib.ExitStack, argv: Any, cli: Path = CLI_DIR) -> str:
-    """Run ``argv(port)`` on a free port until ``stack`` ends; its URL."""
+def _start(
+    stack: contextlib.ExitStack, argv: Any, cli: Path = CLI_DIR
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """Run ``argv(port)`` on a free port until ``stack`` ends; its URL and process."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    stack.enter_context(process(argv(port), url + "/health", cli))
-    return url
+    proc = stack.enter_context(process(argv(port), url + "/health", cli))
+    return url, proc
+
+
+def cpu_s(procs: list[subprocess.Popen[bytes]]) -> float:
+    """User + system CPU seconds used so far by ``procs`` (threads included)."""
+    total = 0.0
+    for proc in procs:
+        times = psutil.Process(proc.pid).cpu_times()
+        total += times.user + times.system
+    return total
 
 
 def wait_sglang_workers(url: str, count: int, timeout_s: float = 30.0) -> None:
@@ -219,7 +235,7 @@ async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[
     one client) after ``args.warmup``: requests/s and latency percentiles."""
     duration_s = args.duration if clients > 1 else args.single_duration
     latencies: list[float] = []
-    errors = 0
+    errors = sent = 0
     async with contextlib.AsyncExitStack() as stack:
         make = _lean_sender if args.harness == "lean" else _aiohttp_sender
         send = await make(urls, stack)
@@ -227,11 +243,12 @@ async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[
         stop_at = measure_from + duration_s
 
         async def client(i: int) -> None:
-            nonlocal errors
+            nonlocal errors, sent
             n = i
             while (t0 := time.perf_counter()) < stop_at:
                 ok = await send(n)
                 n += 1
+                sent += 1
                 if t0 >= measure_from:
                     if ok:
                         latencies.append(time.perf_counter() - t0)
@@ -246,14 +263,25 @@ async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[
         "p50_ms": latencies[n // 2] * 1e3 if n else None,
         "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1e3 if n else None,
         "requests": n,
+        "sent": sent,
         "errors": errors,
     }
 
 
-def measure(urls: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """One case in one round: under load, then (``--single-duration`` > 0) one client."""
+def measure(
+    urls: list[str], args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    """One case in one round: under load, then (``--single-duration`` > 0) one client.
+
+    ``procs``: the router's processes, whose CPU per request (warm-up included, divided by
+    every request sent) is reported: what the router costs, apart from how many cores it
+    can use."""
     _uvloop()
+    cpu0 = cpu_s(procs)
     out = {"load": asyncio.run(load(urls, args, args.concurrency))}
+    if procs:
+        sent = out["load"]["sent"]
+        out["load"]["cpu_us_per_request"] = (cpu_s(procs) - cpu0) / sent * 1e6 if sent else None
     if args.single_duration > 0:
         out["single"] = asyncio.run(load(urls, args, 1))
     return out
@@ -269,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ports = [free_port(), free_port()]
     upstreams = [f"http://127.0.0.1:{p}" for p in ports]
     targets: dict[str, list[str]] = {"direct": upstreams}
+    procs: dict[str, list[subprocess.Popen[bytes]]] = {"direct": []}
     with contextlib.ExitStack() as stack:
         for port, url in zip(ports, upstreams, strict=True):
             stack.enter_context(process([*me, "--serve-upstream", str(port)], url + "/health"))
@@ -281,16 +310,18 @@ def main(argv: list[str] | None = None) -> int:
             routers.append((f"fairserve-{name}", CLI_DIR, extra.split()))
         for name, cli, extra in routers:
             argv_of = partial(fairserve_argv, ups=upstreams, extra=extra)
-            targets[name] = [_start(stack, argv_of, cli)]
+            url, proc = _start(stack, argv_of, cli)
+            targets[name], procs[name] = [url], [proc]
         for policy in [] if args.skip_sglang else args.sglang_policy or ["round_robin"]:
             name = "sglang-router" + ("" if policy == "round_robin" else f"-{policy}")
-            targets[name] = [_start(stack, partial(sglang_argv, ups=upstreams, policy=policy))]
+            url, proc = _start(stack, partial(sglang_argv, ups=upstreams, policy=policy))
+            targets[name], procs[name] = [url], [proc]
             wait_sglang_workers(targets[name][0], 2)
         rounds = []
         names = list(targets)
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
-            rounds.append({name: measure(targets[name], args) for name in order})
+            rounds.append({name: measure(targets[name], args, procs[name]) for name in order})
     report = summarise(rounds, args)
     print(json.dumps(report, indent=2) if args.json else render(report))
     return 0
@@ -340,6 +371,7 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             "p50_ms": _median(x["p50_ms"] for x in loaded),
             "p99_ms": _median(x["p99_ms"] for x in loaded),
             "errors": sum(x["errors"] for x in loaded + single),
+            "cpu_us_per_request": _median(x.get("cpu_us_per_request") for x in loaded),
             "single_p50_ms": _median(x["p50_ms"] for x in single),
             "single_p99_ms": _median(x["p99_ms"] for x in single),
         }
@@ -356,6 +388,10 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
 
 def _median(values: Any) -> float | None:
     return statistics.median(present) if (present := [v for v in values if v is not None]) else None
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _ratios(r: dict[str, Any]) -> dict[str, float]:
@@ -384,13 +420,14 @@ def render(report: dict[str, Any]) -> str:
         f"{report['single_duration']} s) per case, {report['cpus']} CPUs, fairserve "
         f"--router-queue {report['router_queue']}",
         f"{'case':26} {'req/s':>8} {'(min-max)':>13} {'p50 ms':>7} {'p99 ms':>7}"
-        f" {'1 client p50':>12} {'p99':>6} {'errors':>6}",
+        f" {'1 client p50':>12} {'p99':>6} {'errors':>6} {'CPU us/req':>10}",
     ]
     for name, c in report["cases"].items():
         low, high = c["requests_per_s_range"]
         lines.append(f"{name:26} {c['requests_per_s']:8.0f} {low:6.0f}-{high:<6.0f} "
                      f"{c['p50_ms']:7.2f} {c['p99_ms']:7.2f} {c['single_p50_ms'] or 0:12.2f} "
-                     f"{c['single_p99_ms'] or 0:6.2f} {c['errors']:6d}")  # fmt: skip
+                     f"{c['single_p99_ms'] or 0:6.2f} {c['errors']:6d} "
+                     f"{_fmt(c['cpu_us_per_request']):>10}")  # fmt: skip
     lines.append(f"{'ratio (per round)':50} {'median':>8} {'min':>8} {'max':>8}")
     for name, v in report["ratios"].items():
         lines.append(f"{name:50} {v['median']:8.3f} {v['min']:8.3f} {v['max']:8.3f}")
