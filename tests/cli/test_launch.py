@@ -234,6 +234,29 @@ def test_sim_dry_run_shows_the_simulated_workers(
     assert plan["router"]["extension_urls"] == {}
 
 
+def test_router_settings_reach_the_launched_router(
+    run_cli: RunCli, env: dict[str, str], tmp_path: Path
+) -> None:
+    """``launch`` takes ``fairserve router``'s settings and puts them in the router's config
+    (the supervisor starts the router from that config); bad ones fail before anything."""
+    profile = str(write_profile(tmp_path))
+    result = run_cli("launch", "--engine", "sim", "--profile", profile, "--dry-run", "--json",
+                     "--queue-cap", "7", "--max-body-bytes", "4096", "--router-queue", "on",
+                     "--max-outstanding-per-worker", "3", "--metrics-max-clients", "0",
+                     "--drain-timeout", "2.5", env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    router = json.loads(result.stdout)["router"]
+    assert {k: router[k] for k in ("queue_cap", "max_body_bytes", "router_queue",
+                                   "max_outstanding_per_worker", "metrics_max_clients",
+                                   "drain_timeout_s")} == {
+        "queue_cap": 7, "max_body_bytes": 4096, "router_queue": "on",
+        "max_outstanding_per_worker": 3, "metrics_max_clients": 0, "drain_timeout_s": 2.5,
+    }  # fmt: skip
+    _fails(run_cli, env, 2, "expected one of: auto, on, off",
+           "--engine", "sim", "--dry-run", "--router-queue", "sometimes")  # fmt: skip
+    _fails(run_cli, env, 2, "--queue-cap", "--engine", "sim", "--dry-run", "--queue-cap", "0")
+
+
 def test_sglang_only_options_are_refused_for_sim(run_cli: RunCli, env: dict[str, str]) -> None:
     _fails(run_cli, env, 2, "--tp: applies to --engine sglang",
            "--engine", "sim", "--tp", "2", "--dry-run")  # fmt: skip

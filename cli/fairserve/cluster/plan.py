@@ -17,7 +17,16 @@ from pathlib import Path
 
 from fairserve.cluster.engine import check_sglang, detect, gpu_groups, parse_gpu_ids
 from fairserve.core.errors import ConfigError
-from fairserve.router.config import RouterConfig, check_url, load_clients
+from fairserve.router.config import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_OUTSTANDING,
+    DEFAULT_METRICS_MAX_CLIENTS,
+    DEFAULT_QUEUE_CAP,
+    RouterConfig,
+    check_url,
+    load_clients,
+)
 from fairserve.router.server import bind
 from fairserve.router.service import Router
 
@@ -51,6 +60,12 @@ class LaunchOptions:
     """``launch`` passes :func:`default_ready_timeout_s` unless ``--ready-timeout`` is given."""
     sglang_args: list[str] = field(default_factory=list)
     """Extra ``sglang.launch_server`` arguments (after ``--`` on the command line)."""
+    queue_cap: int = DEFAULT_QUEUE_CAP
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    router_queue: str = "auto"
+    max_outstanding_per_worker: int = DEFAULT_MAX_OUTSTANDING
+    metrics_max_clients: int = DEFAULT_METRICS_MAX_CLIENTS
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -135,6 +150,12 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         admin_token=secrets.token_urlsafe(32),
         trace_path=options.record,
         extension_urls={s.url: s.extension_url for s in specs if s.extension_port is not None},
+        queue_cap=options.queue_cap,
+        max_body_bytes=options.max_body_bytes,
+        router_queue=options.router_queue,  # type: ignore[arg-type]  # the config checks it
+        max_outstanding_per_worker=options.max_outstanding_per_worker,
+        metrics_max_clients=options.metrics_max_clients,
+        drain_timeout_s=options.drain_timeout_s,
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
     if not dry_run:

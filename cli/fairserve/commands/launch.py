@@ -16,7 +16,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fairserve.commands.options import registry_option
+from fairserve.commands.options import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_OUTSTANDING,
+    DEFAULT_METRICS_MAX_CLIENTS,
+    DEFAULT_QUEUE_CAP,
+    DrainTimeout,
+    MaxBodyBytes,
+    MaxOutstandingPerWorker,
+    MetricsMaxClients,
+    QueueCap,
+    RouterQueue,
+    registry_option,
+)
 from fairserve.commands.output import Output
 
 if TYPE_CHECKING:
@@ -100,6 +113,12 @@ def launch(
             show_default=False,
         ),
     ] = None,
+    queue_cap: QueueCap = DEFAULT_QUEUE_CAP,
+    max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+    router_queue: RouterQueue = "auto",
+    max_outstanding_per_worker: MaxOutstandingPerWorker = DEFAULT_MAX_OUTSTANDING,
+    metrics_max_clients: MetricsMaxClients = DEFAULT_METRICS_MAX_CLIENTS,
+    drain_timeout: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S,
     detach: Annotated[
         bool, typer.Option("--detach", help="Run in the background; print the router URL.")
     ] = False,
@@ -163,6 +182,9 @@ def launch(
         profile=profile, clients=clients, host=host, port=port,
         worker_urls=list(worker_url or []), record=record, speed=speed,
         ready_timeout_s=ready_timeout, sglang_args=list(sglang_args or []),
+        queue_cap=queue_cap, max_body_bytes=max_body_bytes, router_queue=router_queue,
+        max_outstanding_per_worker=max_outstanding_per_worker,
+        metrics_max_clients=metrics_max_clients, drain_timeout_s=drain_timeout,
     )  # fmt: skip
     out = Output(json_mode=json_output)
     if dry_run:
@@ -231,6 +253,12 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
             "worker_quantum": cfg.worker_quantum,
             "worker_urls": list(cfg.worker_urls),
             "extension_urls": plan.extension_urls,
+            "queue_cap": cfg.queue_cap,
+            "max_body_bytes": cfg.max_body_bytes,
+            "router_queue": cfg.router_queue,
+            "max_outstanding_per_worker": cfg.max_outstanding_per_worker,
+            "metrics_max_clients": cfg.metrics_max_clients,
+            "drain_timeout_s": cfg.drain_timeout_s,
         },
         "ready_timeout_s": plan.ready_timeout_s,
     }

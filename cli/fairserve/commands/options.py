@@ -61,3 +61,67 @@ def registry_names(kind: str) -> Sequence[str]:
     from fairserve.sched import registry
 
     return registry.local_policies() if kind == "policy" else registry.dispatchers()
+
+
+# ------------------------------------------------------------------ router settings
+# ``fairserve router`` and ``fairserve launch`` take the same router settings; defaults
+# equal ``fairserve.router.config``'s (kept equal by a test; that module is not imported
+# here, so ``--help`` stays fast).
+ROUTER_QUEUE_MODES = ("auto", "on", "off")
+"""``fairserve.router.config.ROUTER_QUEUE_MODES``."""
+
+
+def _check_router_queue(value: str) -> str:
+    if value not in ROUTER_QUEUE_MODES:
+        raise typer.BadParameter(f"expected one of: {', '.join(ROUTER_QUEUE_MODES)}, got {value!r}")
+    return value
+
+
+QueueCap = Annotated[
+    int, typer.Option("--queue-cap", min=1, help="Requests one client may have in the router.")
+]
+MaxBodyBytes = Annotated[
+    int, typer.Option("--max-body-bytes", min=1, help="Largest request body accepted.")
+]
+RouterQueue = Annotated[
+    str,
+    typer.Option(
+        "--router-queue",
+        metavar="MODE",
+        help="Router-side fair queue: auto (workers without the fairserve extension), "
+        "on (every worker), off.",
+        callback=_check_router_queue,
+        autocompletion=lambda: list(ROUTER_QUEUE_MODES),
+    ),
+]
+MaxOutstandingPerWorker = Annotated[
+    int,
+    typer.Option(
+        "--max-outstanding-per-worker",
+        min=1,
+        metavar="N",
+        help="Router-side fair queue: requests in flight per worker; the excess waits in "
+        "the router, released in the policy's order.",
+    ),
+]
+MetricsMaxClients = Annotated[
+    int,
+    typer.Option(
+        "--metrics-max-clients",
+        min=0,
+        metavar="N",
+        help="Prometheus: client names with their own label besides the clients file's "
+        "(first seen); the others are summed under 'other'.",
+    ),
+]
+DrainTimeout = Annotated[
+    float,
+    typer.Option(
+        "--drain-timeout", min=0, help="Seconds the router gives in-flight requests at stop."
+    ),
+]
+DEFAULT_QUEUE_CAP = 1024
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_OUTSTANDING = 32
+DEFAULT_METRICS_MAX_CLIENTS = 100
+DEFAULT_DRAIN_TIMEOUT_S = 10.0

@@ -17,21 +17,26 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fairserve.commands.options import registry_option
+from fairserve.commands.options import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_OUTSTANDING,
+    DEFAULT_METRICS_MAX_CLIENTS,
+    DEFAULT_QUEUE_CAP,
+    DrainTimeout,
+    MaxBodyBytes,
+    MaxOutstandingPerWorker,
+    MetricsMaxClients,
+    QueueCap,
+    RouterQueue,
+    registry_option,
+)
 
 if TYPE_CHECKING:
     from fairserve.router.config import RouterConfig
 
 GC_GEN0_THRESHOLD = 10_000
 """Allocations between young-generation collections (CPython's default is 700)."""
-ROUTER_QUEUE_MODES = ("auto", "on", "off")
-"""``fairserve.router.config.ROUTER_QUEUE_MODES`` (kept equal by a test)."""
-
-
-def _check_mode(value: str) -> str:
-    if value not in ROUTER_QUEUE_MODES:
-        raise typer.BadParameter(f"expected one of: {', '.join(ROUTER_QUEUE_MODES)}, got {value!r}")
-    return value
 
 
 def router(
@@ -95,52 +100,16 @@ def router(
             help="Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.",
         ),
     ] = None,
-    queue_cap: Annotated[
-        int,
-        typer.Option("--queue-cap", min=1, help="Requests one client may have in the router."),
-    ] = 1024,
-    max_body_bytes: Annotated[
-        int, typer.Option("--max-body-bytes", min=1, help="Largest request body accepted.")
-    ] = 16 * 1024 * 1024,
-    router_queue: Annotated[
-        str,
-        typer.Option(
-            "--router-queue",
-            metavar="MODE",
-            help="Router-side fair queue: auto (workers without the fairserve extension), "
-            "on (every worker), off.",
-            callback=_check_mode,
-            autocompletion=lambda: list(ROUTER_QUEUE_MODES),
-        ),
-    ] = "auto",
-    max_outstanding_per_worker: Annotated[
-        int,
-        typer.Option(
-            "--max-outstanding-per-worker",
-            min=1,
-            metavar="N",
-            help="Router-side fair queue: requests in flight per worker; the excess waits in "
-            "the router, released in the policy's order.",
-        ),
-    ] = 32,
-    metrics_max_clients: Annotated[
-        int,
-        typer.Option(
-            "--metrics-max-clients",
-            min=0,
-            metavar="N",
-            help="Prometheus: client names with their own label besides the clients file's "
-            "(first seen); the others are summed under 'other'.",
-        ),
-    ] = 100,
+    queue_cap: QueueCap = DEFAULT_QUEUE_CAP,
+    max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+    router_queue: RouterQueue = "auto",
+    max_outstanding_per_worker: MaxOutstandingPerWorker = DEFAULT_MAX_OUTSTANDING,
+    metrics_max_clients: MetricsMaxClients = DEFAULT_METRICS_MAX_CLIENTS,
     trace: Annotated[
         str | None,
         typer.Option("--trace", metavar="FILE", help="Record a request trace (JSON lines)."),
     ] = None,
-    drain_timeout: Annotated[
-        float,
-        typer.Option("--drain-timeout", min=0, help="Seconds to finish in-flight requests."),
-    ] = 10.0,
+    drain_timeout: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S,
 ) -> None:
     """Run the fair router in front of workers started elsewhere.
 

@@ -29,6 +29,7 @@ typical engine's batch, few enough that the order of admission is still the rout
 DEFAULT_METRICS_MAX_CLIENTS = 100
 """Client names (besides the clients file's) with their own Prometheus label; the others
 are summed under ``other`` (see ``router.metrics``)."""
+DEFAULT_DRAIN_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ class RouterConfig:
     sample_interval_s: float = 1.0
     connect_timeout_s: float = 2.0
     request_timeout_s: float = 600.0
-    drain_timeout_s: float = 10.0
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     extension_urls: Mapping[str, str] = field(default_factory=dict)
     """Worker URL -> base URL of its fairserve extension, for engines that serve it on a
     side port (SGLang with the plugin); other workers serve it at their own URL."""
