@@ -16,20 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fairserve.commands.options import (
-    DEFAULT_DRAIN_TIMEOUT_S,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_OUTSTANDING,
-    DEFAULT_METRICS_MAX_CLIENTS,
-    DEFAULT_QUEUE_CAP,
-    DrainTimeout,
-    MaxBodyBytes,
-    MaxOutstandingPerWorker,
-    MetricsMaxClients,
-    QueueCap,
-    RouterQueue,
-    registry_option,
-)
+from fairserve.commands import options as opts
+from fairserve.commands.options import registry_option
 from fairserve.commands.output import Output
 
 if TYPE_CHECKING:
@@ -113,12 +101,12 @@ def launch(
             show_default=False,
         ),
     ] = None,
-    queue_cap: QueueCap = DEFAULT_QUEUE_CAP,
-    max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
-    router_queue: RouterQueue = "auto",
-    max_outstanding_per_worker: MaxOutstandingPerWorker = DEFAULT_MAX_OUTSTANDING,
-    metrics_max_clients: MetricsMaxClients = DEFAULT_METRICS_MAX_CLIENTS,
-    drain_timeout: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S,
+    queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
+    max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
+    router_queue: opts.RouterQueue = "auto",
+    max_outstanding_per_worker: opts.MaxOutstandingPerWorker = opts.DEFAULT_MAX_OUTSTANDING,
+    metrics_max_clients: opts.MetricsMaxClients = opts.DEFAULT_METRICS_MAX_CLIENTS,
+    drain_timeout: opts.DrainTimeout = opts.DEFAULT_DRAIN_TIMEOUT_S,
     detach: Annotated[
         bool, typer.Option("--detach", help="Run in the background; print the router URL.")
     ] = False,

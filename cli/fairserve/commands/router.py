@@ -17,20 +17,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fairserve.commands.options import (
-    DEFAULT_DRAIN_TIMEOUT_S,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_OUTSTANDING,
-    DEFAULT_METRICS_MAX_CLIENTS,
-    DEFAULT_QUEUE_CAP,
-    DrainTimeout,
-    MaxBodyBytes,
-    MaxOutstandingPerWorker,
-    MetricsMaxClients,
-    QueueCap,
-    RouterQueue,
-    registry_option,
-)
+from fairserve.commands import options as opts
+from fairserve.commands.options import registry_option
 
 if TYPE_CHECKING:
     from fairserve.router.config import RouterConfig
@@ -100,16 +88,16 @@ def router(
             help="Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.",
         ),
     ] = None,
-    queue_cap: QueueCap = DEFAULT_QUEUE_CAP,
-    max_body_bytes: MaxBodyBytes = DEFAULT_MAX_BODY_BYTES,
-    router_queue: RouterQueue = "auto",
-    max_outstanding_per_worker: MaxOutstandingPerWorker = DEFAULT_MAX_OUTSTANDING,
-    metrics_max_clients: MetricsMaxClients = DEFAULT_METRICS_MAX_CLIENTS,
+    queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
+    max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
+    router_queue: opts.RouterQueue = "auto",
+    max_outstanding_per_worker: opts.MaxOutstandingPerWorker = opts.DEFAULT_MAX_OUTSTANDING,
+    metrics_max_clients: opts.MetricsMaxClients = opts.DEFAULT_METRICS_MAX_CLIENTS,
     trace: Annotated[
         str | None,
         typer.Option("--trace", metavar="FILE", help="Record a request trace (JSON lines)."),
     ] = None,
-    drain_timeout: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S,
+    drain_timeout: opts.DrainTimeout = opts.DEFAULT_DRAIN_TIMEOUT_S,
 ) -> None:
     """Run the fair router in front of workers started elsewhere.
 
