@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,29 @@ ANSWER = {
               "prompt_tokens_details": {"cached_tokens": 0}},
 }  # fmt: skip
 REQUEST = {"model": "bench", "prompt": "Say something short about fairness.", "max_tokens": 4}
+_FILLER = ("the", "shared", "service", "schedules", "every", "client", "fairly", "and",
+           "reuses", "cached", "prefixes")  # fmt: skip
 INFO = {"model_path": "bench", "max_total_num_tokens": 100000, "is_generation": True}
 MODELS = {"object": "list", "data": [{"id": "bench", "object": "model"}]}
+Bodies = Callable[[int], bytes]
+"""Request number -> the body of that request."""
+
+
+def request_bodies(prompt_words: int, unique: bool) -> Bodies:
+    """The requests' bodies: the short prompt, or one of about ``prompt_words`` words (a
+    document, then the question), as real prompts run to thousands of tokens. The router
+    tokenizes every prompt; ``unique`` starts each with the request's number, so that no
+    two share a prefix (nothing tokenized before can be reused: the worst case)."""
+    if prompt_words <= 0:
+        body = json.dumps({**REQUEST, "prompt": "[0] " + REQUEST["prompt"]}).encode()
+    else:
+        words = (_FILLER[i % len(_FILLER)] for i in range(prompt_words))
+        prompt = "[0] " + " ".join(words) + ". " + REQUEST["prompt"]
+        body = json.dumps({**REQUEST, "prompt": prompt}).encode()
+    if not unique:
+        return lambda n: body
+    head, tail = body.split(b"[0]", 1)
+    return lambda n: b"%b[%d]%b" % (head, n, tail)
 
 
 def _routes() -> dict[tuple[str, str], bytes]:
@@ -191,28 +212,29 @@ def sglang_argv(port: int, ups: list[str], policy: str) -> list[str]:
 Send = Any  # async (n) -> bool: request number n (spread over the URLs) answered 200
 
 
-async def _aiohttp_sender(urls: list[str], stack: contextlib.AsyncExitStack) -> Send:
+async def _aiohttp_sender(
+    urls: list[str], bodies: Bodies, stack: contextlib.AsyncExitStack
+) -> Send:
     import aiohttp
 
-    body, headers = json.dumps(REQUEST).encode(), {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json"}
     session = await stack.enter_async_context(
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     )
     targets = [url + "/v1/completions" for url in urls]
 
     async def send(n: int) -> bool:
-        async with session.post(targets[n % len(targets)], data=body, headers=headers) as resp:
+        async with session.post(targets[n % len(targets)], data=bodies(n), headers=headers) as resp:
             await resp.read()
             return resp.status == 200
 
     return send
 
 
-async def _lean_sender(urls: list[str], stack: contextlib.AsyncExitStack) -> Send:
+async def _lean_sender(urls: list[str], bodies: Bodies, stack: contextlib.AsyncExitStack) -> Send:
     from fairserve.router.framing import UpstreamError
     from fairserve.router.pool import Pool
 
-    body = json.dumps(REQUEST).encode()
     pools = [Pool(url, 5.0, 60.0) for url in urls]
     for pool in pools:
         stack.callback(pool.close)
@@ -221,7 +243,7 @@ async def _lean_sender(urls: list[str], stack: contextlib.AsyncExitStack) -> Sen
     async def send(n: int) -> bool:
         i = n % len(pools)
         try:
-            resp = await pools[i].post(heads[i], b"", body)
+            resp = await pools[i].post(heads[i], b"", bodies(n))
             await resp.read()
         except UpstreamError:
             return False
@@ -238,7 +260,7 @@ async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[
     errors = sent = 0
     async with contextlib.AsyncExitStack() as stack:
         make = _lean_sender if args.harness == "lean" else _aiohttp_sender
-        send = await make(urls, stack)
+        send = await make(urls, request_bodies(args.prompt_words, args.unique_prompts), stack)
         measure_from = time.perf_counter() + args.warmup
         stop_at = measure_from + duration_s
 
@@ -337,6 +359,11 @@ def _parser() -> argparse.ArgumentParser:
         help="Measured s per case and round with one client (added latency without "
         "queueing); 0: skip.")  # fmt: skip
     add("--warmup", type=float, default=0.5)
+    add("--prompt-words", type=int, default=0,
+        help="Prompt length in words (0: one short sentence); each word is about one "
+        "token, and the router tokenizes every prompt for its prefix tree.")  # fmt: skip
+    add("--unique-prompts", action="store_true",
+        help="No two prompts share a prefix (each starts with its request number).")  # fmt: skip
     add("--harness", choices=("aiohttp", "lean"), default="aiohttp",
         help="Load generator and upstreams (see the module docstring).")  # fmt: skip
     add("--dispatch", default="doubleq", help="fairserve router --dispatch.")
@@ -381,7 +408,15 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
             per_round.setdefault(key, []).append(value)
     ratios = {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
               for k, v in per_round.items()}  # fmt: skip
-    keys = ("harness", "concurrency", "router_queue", "duration", "single_duration", "rounds")
+    keys = (
+        "harness",
+        "concurrency",
+        "router_queue",
+        "duration",
+        "single_duration",
+        "rounds",
+        "prompt_words",
+    )
     return {**{k: getattr(args, k) for k in keys}, "cpus": os.cpu_count(), "cases": cases,
             "ratios": ratios, "per_round": rounds}  # fmt: skip
 
@@ -413,12 +448,18 @@ def _ratios(r: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _prompt_label(words: int, unique: bool) -> str:
+    label = f"about {words} words" if words > 0 else "one sentence"
+    return label + (", no two alike" if unique else ", all alike")
+
+
 def render(report: dict[str, Any]) -> str:
     lines = [
         f"harness {report['harness']}, {report['concurrency']} clients (and 1), "
         f"{report['rounds']} rounds x {report['duration']} s (1 client: "
         f"{report['single_duration']} s) per case, {report['cpus']} CPUs, fairserve "
-        f"--router-queue {report['router_queue']}",
+        f"--router-queue {report['router_queue']}, prompt: "
+        + _prompt_label(report["prompt_words"], report["unique_prompts"]),
         f"{'case':26} {'req/s':>8} {'(min-max)':>13} {'p50 ms':>7} {'p99 ms':>7}"
         f" {'1 client p50':>12} {'p99':>6} {'errors':>6} {'CPU us/req':>10}",
     ]

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fairserve.core.openai_api import (
+    MAX_TOKEN_ID,
     ApiError,
     parse_chat,
     parse_completion,
@@ -60,6 +63,9 @@ def test_generate_from_input_ids_with_everything_set() -> None:
         ({"input_ids": []}, "input_ids: expected a non-empty list"),
         ({"input_ids": [1, -2]}, "input_ids[1]: expected a token id"),
         ({"input_ids": [1, True]}, "input_ids[1]: expected a token id"),
+        ({"input_ids": [1, 2, 2**32]}, "input_ids[2]: expected a token id"),
+        ({"input_ids": [0, 1.0]}, "input_ids[1]: expected a token id (an integer in"),
+        ({"input_ids": [None, 3]}, "input_ids[0]: expected a token id"),
         ({"text": "a", "sampling_params": []}, "sampling_params: expected a JSON object"),
         (
             {"text": "a", "sampling_params": {"max_new_tokens": -1}},
@@ -77,6 +83,23 @@ def test_generate_from_input_ids_with_everything_set() -> None:
 )
 def test_generate_refusals_say_what_is_wrong(body: dict[str, Any], message: str) -> None:
     assert message in refusal(parse_generate, body)
+
+
+@given(st.lists(st.one_of(st.integers(-3, 2**32 + 3), st.booleans(), st.floats(0, 9)), max_size=40))
+def test_token_ids_are_accepted_exactly_when_each_is_an_integer_id(ids: list[Any]) -> None:
+    """The check runs in C for lists that pass; its verdict and the id it names must be
+    those of checking one id at a time."""
+    bad = [
+        i
+        for i, t in enumerate(ids)
+        if type(t) is not int or not 0 <= t <= MAX_TOKEN_ID  # bool is not int
+    ]
+    if ids and not bad:
+        assert parse_generate({"input_ids": ids}, NO_HEADERS).prompt_ids == ids
+    elif ids:
+        assert f"input_ids[{bad[0]}]: expected a token id" in refusal(
+            parse_generate, {"input_ids": ids}
+        )
 
 
 def test_completion_prompt_as_text_ids_or_a_batch_of_one() -> None:

@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fairserve.core import tokenizer
 from fairserve.core.tokenizer import (
+    CHUNK_CHARS,
     VOCAB_SIZE,
     SyntheticOutput,
     pieces,
     render_chat,
+    token_key,
     tokenize,
 )
+from fairserve.core.types import tokens_to_key
+
+# Fragments that make every kind of piece and every kind of cut: words, punctuation,
+# runs of spaces, tabs and newlines, non-ASCII letters.
+FRAGMENTS = st.sampled_from(["word", "x", " ", "  ", "\n", "\t", ",", ".", "?!", "é", "中文", "_9"])
+LONG_TEXTS = st.lists(FRAGMENTS, max_size=1500).map("".join)
+
+
+def reference_ids(text: str) -> list[int]:
+    """blake2b(piece) mod VOCAB_SIZE per piece: the tokenizer's contract, no caches."""
+    return [
+        int.from_bytes(hashlib.blake2b(p.encode(), digest_size=8).digest(), "little") % VOCAB_SIZE
+        for p in pieces(text)
+    ]
 
 
 @given(st.text(max_size=200))
@@ -70,3 +89,38 @@ def test_next_chat_turn_repeats_prompt_and_answer_tokens() -> None:
     second = render_chat([("user", "hi there"), ("assistant", answer), ("user", "more")])
     expected = tokenize(first) + out.token_ids()
     assert tokenize(second)[: len(expected)] == expected
+
+
+@given(LONG_TEXTS, st.sampled_from([1, 2, 5, 16, CHUNK_CHARS]))
+def test_texts_tokenized_in_chunks_give_the_ids_of_their_pieces(
+    text: str, chunk_chars: int
+) -> None:
+    """Cutting between a non-space and a space never splits a piece, so the chunks'
+    tokens joined are the whole text's (small chunks: texts many chunks long)."""
+    default = tokenizer.CHUNK_CHARS
+    tokenizer.CHUNK_CHARS = chunk_chars
+    try:
+        assert token_key(text) == tokens_to_key(reference_ids(text))
+        assert tokenize(text) == reference_ids(text)
+    finally:
+        tokenizer.CHUNK_CHARS = default
+
+
+def test_a_shared_prefix_is_tokenized_once() -> None:
+    """The next turn of a conversation re-tokenizes only what it added."""
+    document = " ".join(f"w{i % 97}, and" for i in range(4000))
+    token_key(document)
+    before = len(tokenizer._CHUNK_KEYS)
+    longer = document + " One more question?"
+    assert token_key(longer) == tokens_to_key(reference_ids(longer))
+    assert len(tokenizer._CHUNK_KEYS) - before <= 2
+    assert len(document) > 20 * CHUNK_CHARS
+
+
+def test_the_memo_of_chunks_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokenizer, "MAX_CACHED_CHUNKS", 16)
+    monkeypatch.setattr(tokenizer, "_CHUNK_KEYS", tokenizer._ChunkKeys())
+    for i in range(200):
+        text = f"request {i}: " + "some words " * 100
+        assert tokenize(text) == reference_ids(text)
+        assert len(tokenizer._CHUNK_KEYS) <= 16

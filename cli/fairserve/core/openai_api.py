@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
-from fairserve.core.tokenizer import render_chat, tokenize
-from fairserve.core.types import ANONYMOUS_CLIENT
+from fairserve.core.tokenizer import render_chat, token_key
+from fairserve.core.types import ANONYMOUS_CLIENT, key_to_tokens, tokens_to_key
 
 Route = Literal["generate", "completions", "chat"]
 
@@ -84,12 +84,17 @@ class GenerationSpec:
     route: Route
     rid: str
     client: str
-    prompt_ids: list[int]
+    prompt_key: bytes
+    """The prompt's token key (:func:`~fairserve.core.types.tokens_to_key`)."""
     max_new_tokens: int
     stream: bool
     app: str | None = None
     include_usage: bool = False
     model: str | None = None
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return key_to_tokens(self.prompt_key)
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -112,7 +117,7 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
         raise bad_request("missing field: 'text' or 'input_ids' is required")
     if isinstance(text, list) or (isinstance(input_ids, list) and _is_nested(input_ids)):
         raise bad_request(_BATCHED)
-    ids = _prompt_from_text(text, "text") if text is not None else _token_ids(input_ids)
+    key = _prompt_from_text(text, "text") if text is not None else _token_ids(input_ids)
     params = body.get("sampling_params")
     params = {} if params is None else params
     if not isinstance(params, dict):
@@ -128,7 +133,7 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
         route="generate",
         rid=_rid(rid, "rid"),
         client=_client(body.get("routing_key"), "routing_key", headers, None),
-        prompt_ids=ids,
+        prompt_key=key,
         max_new_tokens=max_new,
         stream=_optional_bool(body.get("stream"), "stream"),
         app=headers.get(APP_HEADER),
@@ -144,8 +149,11 @@ def parse_completion(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gen
         prompt = prompt[0]  # a batch of one is one prompt
     if isinstance(prompt, list) and _is_nested_or_text(prompt):
         raise bad_request(_BATCHED)
-    ids = _prompt_from_text(prompt, "prompt") if not isinstance(prompt, list) else prompt
-    return _openai_spec("completions", body, headers, _token_ids(ids, "prompt"))
+    if isinstance(prompt, list):
+        key = _token_ids(prompt, "prompt")
+    else:
+        key = _prompt_from_text(prompt, "prompt")
+    return _openai_spec("completions", body, headers, key)
 
 
 def parse_chat(body: Mapping[str, Any], headers: Mapping[str, str]) -> GenerationSpec:
@@ -158,11 +166,11 @@ def parse_chat(body: Mapping[str, Any], headers: Mapping[str, str]) -> Generatio
             f"messages: expected a non-empty list of messages, got {_type_name(messages)}"
         )
     rendered = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
-    return _openai_spec("chat", body, headers, tokenize(render_chat(rendered)))
+    return _openai_spec("chat", body, headers, token_key(render_chat(rendered)))
 
 
 def _openai_spec(
-    route: Route, body: Mapping[str, Any], headers: Mapping[str, str], ids: list[int]
+    route: Route, body: Mapping[str, Any], headers: Mapping[str, str], key: bytes
 ) -> GenerationSpec:
     default = DEFAULT_COMPLETION_TOKENS if route == "completions" else DEFAULT_MAX_NEW_TOKENS
     field = "max_tokens"
@@ -184,7 +192,7 @@ def _openai_spec(
         route=route,
         rid=_rid(body.get("rid"), "rid"),
         client=_client(body.get("routing_key"), "routing_key", headers, body.get("user")),
-        prompt_ids=ids,
+        prompt_key=key,
         max_new_tokens=max_new,
         stream=_optional_bool(body.get("stream"), "stream"),
         app=headers.get(APP_HEADER),
@@ -194,25 +202,30 @@ def _openai_spec(
 
 
 # ------------------------------------------------------------------ fields
-def _prompt_from_text(text: object, field: str) -> list[int]:
+def _prompt_from_text(text: object, field: str) -> bytes:
+    """The token key of a text prompt (the tokenizer's ids need no checking)."""
     if not isinstance(text, str):
         raise bad_request(f"{field}: expected a string, got {_type_name(text)}")
-    ids = tokenize(text)
-    if not ids:
+    key = token_key(text)
+    if not key:
         raise bad_request(f"{field}: the prompt is empty")
-    return ids
+    return key
 
 
-def _token_ids(value: object, field: str = "input_ids") -> list[int]:
+def _token_ids(value: object, field: str = "input_ids") -> bytes:
+    """The token key of a client's token ids, checked. The common case (all valid) is
+    checked in C: the ``type`` of each id (``bool`` is not ``int``), then the smallest and
+    largest; only a list that fails is walked in Python, to name the first bad id."""
     if not isinstance(value, list) or not value:
         raise bad_request(f"{field}: expected a non-empty list of token ids")
-    for i, token in enumerate(value):
-        if not _is_int(token) or not 0 <= token <= MAX_TOKEN_ID:
-            raise bad_request(
-                f"{field}[{i}]: expected a token id (an integer in 0..{MAX_TOKEN_ID}), "
-                f"got {token!r}"
-            )
-    return list(value)
+    if set(map(type, value)) == {int} and min(value) >= 0 and max(value) <= MAX_TOKEN_ID:
+        return tokens_to_key(value)
+    i, token = next(
+        (i, t) for i, t in enumerate(value) if not _is_int(t) or not 0 <= t <= MAX_TOKEN_ID
+    )
+    raise bad_request(
+        f"{field}[{i}]: expected a token id (an integer in 0..{MAX_TOKEN_ID}), got {token!r}"
+    )
 
 
 def _message(message: object, where: str) -> tuple[str, str]:

@@ -21,9 +21,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from functools import lru_cache
+from itertools import islice
 
 import numpy as np
+
+from fairserve.core.types import key_to_tokens, tokens_to_key
 
 VOCAB_SIZE = 32000
 """Token ids are in ``[0, VOCAB_SIZE)``, like a Llama-2-sized vocabulary."""
@@ -58,11 +60,34 @@ _WORD_LIST = (
 _WORDS = tuple(_WORD_LIST.split())
 
 
-@lru_cache(maxsize=1 << 16)
-def piece_id(piece: str) -> int:
-    """The token id of one piece (stable across processes)."""
+MAX_CACHED_PIECES = 1 << 18
+"""Pieces whose ids are remembered; past this many the memo starts over (a service's
+working vocabulary is far smaller, so this only bounds memory against odd traffic)."""
+
+
+def _hash_id(piece: str) -> int:
     digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little") % VOCAB_SIZE
+
+
+class _PieceIds(dict[str, int]):
+    """piece -> id, each hashed once. A dict looked up through ``map`` keeps the
+    per-piece work in C: the router tokenizes every prompt, and prompts run to thousands
+    of pieces (a per-piece Python call was most of its CPU time on long prompts)."""
+
+    def __missing__(self, piece: str) -> int:
+        if len(self) >= MAX_CACHED_PIECES:
+            self.clear()
+        self[piece] = value = _hash_id(piece)
+        return value
+
+
+_PIECE_IDS = _PieceIds()
+
+
+def piece_id(piece: str) -> int:
+    """The token id of one piece (stable across processes)."""
+    return _PIECE_IDS[piece]
 
 
 def pieces(text: str) -> list[str]:
@@ -70,10 +95,56 @@ def pieces(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
+CHUNK_CHARS = 512
+"""Texts are tokenized in chunks of at least this many characters (see :func:`token_key`)."""
+MAX_CACHED_CHUNKS = 1 << 13
+"""Chunk keys remembered (about 10 MB); when full, the older half is dropped."""
+
+_CHUNK_END = re.compile(r"\S(?=\s)")
+"""A non-space followed by a space: no piece spans the position between them."""
+
+
+class _ChunkKeys(dict[str, bytes]):
+    """chunk -> its token key, tokenized once."""
+
+    def __missing__(self, chunk: str) -> bytes:
+        if len(self) >= MAX_CACHED_CHUNKS:
+            for old in list(islice(self, len(self) // 2)):
+                del self[old]
+        self[chunk] = key = tokens_to_key(map(_PIECE_IDS.__getitem__, _PIECE.findall(chunk)))
+        return key
+
+
+_CHUNK_KEYS = _ChunkKeys()
+
+
+def token_key(text: str) -> bytes:
+    """The token key (:func:`~fairserve.core.types.tokens_to_key`) of ``text``.
+
+    Why chunks: the router and the simulated worker tokenize every prompt, prompts run to
+    thousands of pieces, and most of a prompt is usually a prefix seen before (a shared
+    system prompt or document, the earlier turns of a conversation). A text is cut where no
+    piece can span the cut (between a non-space and a space), at the first such place at
+    least ``CHUNK_CHARS`` characters after the previous cut; cuts therefore depend only on
+    the text before them, so texts that share a long prefix share its chunks, and each
+    chunk is tokenized once (the per-piece regular expression was most of the router's CPU
+    time on long prompts). Tokenizing the chunks apart gives exactly the pieces of the whole.
+    """
+    if len(text) <= CHUNK_CHARS:
+        return _CHUNK_KEYS[text]
+    keys, start, end_of_text = [], 0, len(text)
+    while start < end_of_text:
+        cut = _CHUNK_END.search(text, start + CHUNK_CHARS - 1)
+        end = cut.end() if cut is not None else end_of_text
+        keys.append(_CHUNK_KEYS[text[start:end]])
+        start = end
+    return b"".join(keys)
+
+
 def tokenize(text: str) -> list[int]:
     """Token ids of ``text``; a text that extends another extends its token ids too,
     except possibly at the last piece of the shorter one (a word cut in the middle)."""
-    return [piece_id(p) for p in pieces(text)]
+    return key_to_tokens(token_key(text))
 
 
 _OUTPUT_PIECES = tuple(" " + word for word in _WORDS)

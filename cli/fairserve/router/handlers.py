@@ -32,7 +32,7 @@ from fairserve.core.openai_api import (
     parse_generate,
     parse_json,
 )
-from fairserve.core.types import Request, tokens_to_key
+from fairserve.core.types import Request
 from fairserve.router import proxy
 from fairserve.router.identity import application, bearer_token, identify
 from fairserve.router.metrics import CONTENT_TYPE
@@ -139,7 +139,7 @@ def _new_call(
     req = Request(
         id=rid,
         client=client,
-        prompt_key=tokens_to_key(spec.prompt_ids),
+        prompt_key=spec.prompt_key,
         max_output_tokens=spec.max_new_tokens,
         arrival_s=now,
         app=app,

@@ -31,7 +31,7 @@ from typing import Any
 from fairserve.core.errors import FairserveError
 from fairserve.core.openai_api import GenerationSpec
 from fairserve.core.tokenizer import SyntheticOutput
-from fairserve.core.types import Request, tokens_to_key
+from fairserve.core.types import Request
 from fairserve.sim.engine import Engine, StepResult
 from fairserve.worker.config import WorkerConfig, build_engine
 from fairserve.worker.evictions import EvictionLog
@@ -204,7 +204,7 @@ class WorkerRuntime:
         req = Request(
             id=spec.rid,
             client=spec.client,
-            prompt_key=tokens_to_key(spec.prompt_ids),
+            prompt_key=spec.prompt_key,
             max_output_tokens=engine_tokens,
             app=spec.app,
             output_len=engine_tokens,
