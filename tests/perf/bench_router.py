@@ -9,9 +9,12 @@ within each round. ``--harness lean`` (raw asyncio HTTP/1.1 load generator and u
 leaves more CPU to the routers than ``aiohttp``. Each router's CPU time per request (its
 processes, all threads) is reported too: fairserve's router is one Python thread, so its
 requests/s are capped at one core's worth, while ``sglang-router`` spreads its work over
-threads. Not a test: nothing asserts a speed. Run::
+threads. ``--prompt-words N`` sends prompts of about N words (the router tokenizes each for
+its prefix tree; the default is one sentence), all alike (a shared document) or, with
+``--unique-prompts``, no two sharing any text. Not a test: nothing asserts a speed. Run::
 
     python tests/perf/bench_router.py [--rounds 3] [--duration 3] [--harness lean] [--json]
+        [--prompt-words 2000 [--unique-prompts]]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -54,21 +58,38 @@ Bodies = Callable[[int], bytes]
 """Request number -> the body of that request."""
 
 
+UNIQUE_DOCUMENTS = 1024
+"""Distinct documents ``--unique-prompts`` cycles through: more text than the tokenizer's
+memo of chunks holds, so no chunk is found there."""
+
+
 def request_bodies(prompt_words: int, unique: bool) -> Bodies:
     """The requests' bodies: the short prompt, or one of about ``prompt_words`` words (a
     document, then the question), as real prompts run to thousands of tokens. The router
-    tokenizes every prompt; ``unique`` starts each with the request's number, so that no
-    two share a prefix (nothing tokenized before can be reused: the worst case)."""
-    if prompt_words <= 0:
-        body = json.dumps({**REQUEST, "prompt": "[0] " + REQUEST["prompt"]}).encode()
-    else:
-        words = (_FILLER[i % len(_FILLER)] for i in range(prompt_words))
-        prompt = "[0] " + " ".join(words) + ". " + REQUEST["prompt"]
-        body = json.dumps({**REQUEST, "prompt": prompt}).encode()
+    tokenizes every prompt; with ``unique`` no two prompts in a row share any text (each
+    starts with its request number; long ones cycle through distinct documents), so
+    nothing tokenized before can be reused: the worst case."""
+    documents = [""]
+    if prompt_words > 0:
+        count = UNIQUE_DOCUMENTS if unique else 1
+        rng = random.Random(0)
+        documents = [document(prompt_words, rng if i else None) for i in range(count)]
+    bodies = [
+        json.dumps({**REQUEST, "prompt": "[0] " + text + REQUEST["prompt"]}).encode()
+        for text in documents
+    ]
     if not unique:
-        return lambda n: body
-    head, tail = body.split(b"[0]", 1)
-    return lambda n: b"%b[%d]%b" % (head, n, tail)
+        return lambda n: bodies[0]
+    parts = [body.split(b"[0]", 1) for body in bodies]
+    return lambda n: b"%b[%d]%b" % (parts[n % len(parts)][0], n, parts[n % len(parts)][1])
+
+
+def document(words: int, rng: random.Random | None) -> str:
+    """``words`` filler words and a full stop (shuffled by ``rng``, if given)."""
+    chosen = [_FILLER[i % len(_FILLER)] for i in range(words)]
+    if rng is not None:
+        chosen = [word + str(rng.randrange(100)) for word in chosen]
+    return " ".join(chosen) + ". "
 
 
 def _routes() -> dict[tuple[str, str], bytes]:
@@ -264,20 +285,18 @@ async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[
         measure_from = time.perf_counter() + args.warmup
         stop_at = measure_from + duration_s
 
-        async def client(i: int) -> None:
+        async def client() -> None:
             nonlocal errors, sent
-            n = i
             while (t0 := time.perf_counter()) < stop_at:
-                ok = await send(n)
-                n += 1
-                sent += 1
+                sent += 1  # also the request's number: every request has its own
+                ok = await send(sent)
                 if t0 >= measure_from:
                     if ok:
                         latencies.append(time.perf_counter() - t0)
                     else:
                         errors += 1
 
-        await asyncio.gather(*(client(i) for i in range(clients)))
+        await asyncio.gather(*(client() for _ in range(clients)))
     latencies.sort()
     n = len(latencies)
     return {
@@ -416,6 +435,7 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
         "single_duration",
         "rounds",
         "prompt_words",
+        "unique_prompts",
     )
     return {**{k: getattr(args, k) for k in keys}, "cpus": os.cpu_count(), "cases": cases,
             "ratios": ratios, "per_round": rounds}  # fmt: skip
