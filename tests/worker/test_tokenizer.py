@@ -124,3 +124,14 @@ def test_the_memo_of_chunks_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> No
         text = f"request {i}: " + "some words " * 100
         assert tokenize(text) == reference_ids(text)
         assert len(tokenizer._CHUNK_KEYS) <= 16
+
+
+def test_text_with_nowhere_to_cut_is_tokenized_but_not_remembered() -> None:
+    """A huge run without spaces (say base64) must not pin its text in the memos."""
+    blob = "A" * (20 * CHUNK_CHARS) + " tail"
+    before_chunks, before_pieces = len(tokenizer._CHUNK_KEYS), len(tokenizer._PIECE_IDS)
+    assert token_key(blob) == tokens_to_key(reference_ids(blob))
+    assert not any(len(chunk) > tokenizer.MAX_CACHED_CHUNK_CHARS for chunk in tokenizer._CHUNK_KEYS)
+    assert not any(len(piece) > tokenizer.MAX_CACHED_PIECE_CHARS for piece in tokenizer._PIECE_IDS)
+    assert len(tokenizer._CHUNK_KEYS) <= before_chunks + 1
+    assert len(tokenizer._PIECE_IDS) <= before_pieces + 1

@@ -94,6 +94,7 @@ class GenerationSpec:
 
     @property
     def prompt_ids(self) -> list[int]:
+        """The prompt's token ids (unpacked on demand: the hot paths use the key)."""
         return key_to_tokens(self.prompt_key)
 
 

@@ -63,6 +63,8 @@ _WORDS = tuple(_WORD_LIST.split())
 MAX_CACHED_PIECES = 1 << 18
 """Pieces whose ids are remembered; past this many the memo starts over (a service's
 working vocabulary is far smaller, so this only bounds memory against odd traffic)."""
+MAX_CACHED_PIECE_CHARS = 64
+"""Longer pieces (a run of characters without a space or punctuation) are not remembered."""
 
 
 def _hash_id(piece: str) -> int:
@@ -76,9 +78,11 @@ class _PieceIds(dict[str, int]):
     of pieces (a per-piece Python call was most of its CPU time on long prompts)."""
 
     def __missing__(self, piece: str) -> int:
-        if len(self) >= MAX_CACHED_PIECES:
-            self.clear()
-        self[piece] = value = _hash_id(piece)
+        value = _hash_id(piece)
+        if len(piece) <= MAX_CACHED_PIECE_CHARS:
+            if len(self) >= MAX_CACHED_PIECES:
+                self.clear()
+            self[piece] = value
         return value
 
 
@@ -97,8 +101,12 @@ def pieces(text: str) -> list[str]:
 
 CHUNK_CHARS = 512
 """Texts are tokenized in chunks of at least this many characters (see :func:`token_key`)."""
+MAX_CACHED_CHUNK_CHARS = 2 * CHUNK_CHARS
+"""A longer chunk (text with no place to cut) is tokenized without being remembered."""
 MAX_CACHED_CHUNKS = 1 << 13
-"""Chunk keys remembered (about 10 MB); when full, the older half is dropped."""
+"""Chunk keys remembered: some 10 MB with their text for prose, at most about 70 MB
+whatever the text (4-byte characters, a token per character); when full, the older half
+is dropped."""
 
 _CHUNK_END = re.compile(r"\S(?=\s)")
 """A non-space followed by a space: no piece spans the position between them."""
@@ -111,8 +119,12 @@ class _ChunkKeys(dict[str, bytes]):
         if len(self) >= MAX_CACHED_CHUNKS:
             for old in list(islice(self, len(self) // 2)):
                 del self[old]
-        self[chunk] = key = tokens_to_key(map(_PIECE_IDS.__getitem__, _PIECE.findall(chunk)))
+        self[chunk] = key = _chunk_key(chunk)
         return key
+
+
+def _chunk_key(chunk: str) -> bytes:
+    return tokens_to_key(map(_PIECE_IDS.__getitem__, _PIECE.findall(chunk)))
 
 
 _CHUNK_KEYS = _ChunkKeys()
@@ -136,7 +148,10 @@ def token_key(text: str) -> bytes:
     while start < end_of_text:
         cut = _CHUNK_END.search(text, start + CHUNK_CHARS - 1)
         end = cut.end() if cut is not None else end_of_text
-        keys.append(_CHUNK_KEYS[text[start:end]])
+        chunk = text[start:end]
+        keys.append(
+            _CHUNK_KEYS[chunk] if end - start <= MAX_CACHED_CHUNK_CHARS else _chunk_key(chunk)
+        )
         start = end
     return b"".join(keys)
 
