@@ -81,11 +81,17 @@ def request_bodies(prompt_words: int, unique: bool) -> Bodies:
     if not unique:
         return lambda n: bodies[0]
     parts = [body.split(b"[0]", 1) for body in bodies]
-    return lambda n: b"%b[%d]%b" % (parts[n % len(parts)][0], n, parts[n % len(parts)][1])
+
+    def numbered(n: int) -> bytes:
+        head, tail = parts[n % len(parts)]
+        return b"%b[%d]%b" % (head, n, tail)
+
+    return numbered
 
 
 def document(words: int, rng: random.Random | None) -> str:
-    """``words`` filler words and a full stop (shuffled by ``rng``, if given)."""
+    """``words`` filler words and a full stop; with ``rng``, each word gets a random
+    number appended, so documents differ everywhere, not only at their start."""
     chosen = [_FILLER[i % len(_FILLER)] for i in range(words)]
     if rng is not None:
         chosen = [word + str(rng.randrange(100)) for word in chosen]
