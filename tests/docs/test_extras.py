@@ -96,7 +96,8 @@ def test_test_extra_provides_every_third_party_import() -> None:
         dists = {_dist_name(dist) for dist in module_dists.get(module, [])}
         if not dists or dists & (provided | OPTIONAL_DISTRIBUTIONS):
             continue  # not installed here (an optional engine), or provided
-        missing.append(f"{module} ({', '.join(sorted(dists))}) imported by {path.relative_to(ROOT)}")
+        where = path.relative_to(ROOT)
+        missing.append(f"{module} ({', '.join(sorted(dists))}) imported by {where}")
     assert not missing, "the 'test' extra lacks: " + "; ".join(sorted(missing))
 
 

@@ -83,14 +83,37 @@ class Output:
     # ------------------------------------------------------------------ consoles
     def _console_out(self) -> Console:
         if self._out_console is None:
-            from rich.console import Console
-
-            self._out_console = Console(file=self.stdout)
+            self._out_console = console_for(self.stdout)
         return self._out_console
 
     def _console_err(self) -> Console:
         if self._err_console is None:
-            from rich.console import Console
-
-            self._err_console = Console(file=self.stderr)
+            self._err_console = console_for(self.stderr)
         return self._err_console
+
+
+# Wide enough for any table fairserve prints; rich sizes tables to their content, so the
+# width only stops it from squeezing columns into "180.9…" (it pads nothing).
+PIPE_WIDTH_COLS = 10_000
+
+
+def console_for(stream: TextIO) -> Console:
+    """A rich console for ``stream`` that never cuts data when no person is reading.
+
+    On a terminal rich fits tables to the window, as people expect. In a pipe or a log rich
+    would assume 80 columns (or ``$COLUMNS``) and crop cells with an ellipsis, so numbers
+    reach ``grep`` and log files cut; there the width is :data:`PIPE_WIDTH_COLS` and long
+    lines are not wrapped.
+    """
+    from rich.console import Console
+
+    if _is_terminal(stream):
+        return Console(file=stream)
+    return Console(file=stream, width=PIPE_WIDTH_COLS, soft_wrap=True)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False

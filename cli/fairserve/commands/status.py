@@ -7,6 +7,7 @@ when nothing runs or the router does not answer, so scripts can test for a live 
 from __future__ import annotations
 
 import sys
+import urllib.error
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -41,6 +42,15 @@ def status(
         data = gather(url, token)
     except NotRunning as exc:
         sys.stderr.write(f"fairserve: {exc}\n")
+        raise typer.Exit(ExitCode.UNAVAILABLE) from None
+    except urllib.error.HTTPError:
+        raise  # the router answered (e.g. 401): an error, not an unreachable router
+    except (urllib.error.URLError, OSError) as exc:
+        # urllib wraps "connection refused" in a URLError without an errno; the contract
+        # for a router that does not answer is exit 3 with a line that names it.
+        reason = getattr(exc, "reason", None) or exc
+        where = url or "the launched router"
+        sys.stderr.write(f"fairserve: error: router unreachable at {where}: {reason}\n")
         raise typer.Exit(ExitCode.UNAVAILABLE) from None
     out = Output(json_mode=json_output)
     out.data(data)
