@@ -35,3 +35,4 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeHost]:
     yield make
     hooks.install_host(None)
     hooks.PLUGIN.config = None
+    hooks.PLUGIN.scheduler = None

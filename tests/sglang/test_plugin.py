@@ -142,16 +142,24 @@ def test_quantum_check_refuses_bad_values(install: MakeHost) -> None:
         make_host("vtc").check_quantum(64)
 
 
+def own_recorder() -> object:
+    """Make a recorder the scheduler's own cache's (as ``scheduler_ready`` sees it)."""
+    recorder = object()
+    hooks.PLUGIN.scheduler = SimpleNamespace(tree_cache=SimpleNamespace(kv_events=recorder))
+    return recorder
+
+
 def test_evictions_are_prefixes_from_the_root(install: MakeHost) -> None:
     host = install("vtc")
+    recorder = own_recorder()
     root = TreeNode([])
     root.parent = None
     mid = TreeNode([1, 2, 3], root)
     leaf = TreeNode([4, 5], mid)
-    hooks.node_evicted(object(), leaf, None)
-    hooks.node_evicted(object(), mid, StorageMedium("GPU"))
-    hooks.node_evicted(object(), mid, StorageMedium("CPU"))  # still in host memory
-    hooks.cache_cleared(object())
+    hooks.node_evicted(recorder, leaf, None)
+    hooks.node_evicted(recorder, mid, StorageMedium("GPU"))
+    hooks.node_evicted(recorder, mid, StorageMedium("CPU"))  # still in host memory
+    hooks.cache_cleared(recorder)
     assert host.evictions.read(0, 10) == {
         "next": 3,
         "events": [
@@ -164,6 +172,24 @@ def test_evictions_are_prefixes_from_the_root(install: MakeHost) -> None:
     assert host.evictions.read(2, 10)["events"] == [{"seq": 2, "tokens": []}]
     behind = host.evictions.read(7, 10)  # a reader of an earlier process: start over
     assert behind["dropped"] is True and behind["next"] == 3 and len(behind["events"]) == 3
+
+
+def test_only_the_schedulers_own_cache_reports_evictions(install: MakeHost) -> None:
+    """SGLang's other radix trees (``SchedulePolicy``'s in-batch tree of the waiting queue,
+    reset at every LPM ordering) report through recorders of the same class: no events."""
+    host = install("vtc")
+    unified = SimpleNamespace(kv_events=None, tree_core=SimpleNamespace(kv_events=object()))
+    hooks.PLUGIN.scheduler = SimpleNamespace(tree_cache=unified)
+    leaf = TreeNode([7], TreeNode([]))
+    hooks.cache_cleared(object())  # the waiting queue's tree was reset
+    hooks.node_evicted(object(), leaf, None)
+    assert host.evictions.next_seq == 0
+    hooks.node_evicted(unified.tree_core.kv_events, leaf, None)
+    hooks.cache_cleared(unified.tree_core.kv_events)
+    assert [e["tokens"] for e in host.evictions.read(0, 10)["events"]] == [[7], []]
+    hooks.PLUGIN.scheduler = None  # no scheduler yet: nothing is the scheduler's
+    hooks.cache_cleared(unified.tree_core.kv_events)
+    assert host.evictions.next_seq == 2
 
 
 def test_a_refused_arrival_is_not_counted(install: MakeHost) -> None:

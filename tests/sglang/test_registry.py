@@ -52,6 +52,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     yield module
     hooks.install_host(None)
     hooks.PLUGIN.config = None
+    hooks.PLUGIN.scheduler = None
 
 
 def test_sglangs_registry_applies_the_plugin(
@@ -87,7 +88,11 @@ def test_sglangs_registry_applies_the_plugin(
     assert host.policy.quantum == 90
 
     leaf = fake.TreeNode([5, 6], fake.TreeNode([1, 2, 3], fake.TreeNode([])))
-    fake.KVCacheEventRecorder().record_remove(leaf, None)
-    fake.KVCacheEventRecorder().record_all_cleared()
+    own = fake.KVCacheEventRecorder()
+    sched.tree_cache = types.SimpleNamespace(kv_events=own)  # type: ignore[attr-defined]
+    assert hooks.PLUGIN.scheduler is sched
+    own.record_remove(leaf, None)
+    fake.KVCacheEventRecorder().record_all_cleared()  # another tree's recorder: ignored
+    own.record_all_cleared()
     events = host.evictions.read(0, 10)["events"]
     assert [e["tokens"] for e in events] == [[1, 2, 3, 5, 6], []]

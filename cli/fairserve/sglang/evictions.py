@@ -49,6 +49,27 @@ def node_tokens(node: TreeNodeLike) -> list[int]:
     return [token for part in reversed(parts) for token in part]
 
 
+def cache_recorders(tree_cache: object) -> tuple[object, ...]:
+    """The event recorders of the scheduler's own prefix cache: ``kv_events`` of the cache
+    (``RadixCache``) and of its tree core (``UnifiedRadixCache``).
+
+    SGLang builds other radix trees too: ``SchedulePolicy`` keeps an in-batch tree of the
+    waiting queue and resets it at every LPM ordering, which reports "all cleared" through
+    that tree's own recorder. Those are no evictions of the worker's cache, so the hooks
+    (which sit on the recorder class, for every instance) accept only these recorders."""
+    found: list[object] = []
+    for owner in (tree_cache, getattr(tree_cache, "tree_core", None)):
+        recorder = getattr(owner, "kv_events", None) if owner is not None else None
+        if recorder is not None and not any(recorder is r for r in found):
+            found.append(recorder)
+    return tuple(found)
+
+
+def is_cache_recorder(tree_cache: object, recorder: object) -> bool:
+    """Whether ``recorder`` reports for the scheduler's own prefix cache ``tree_cache``."""
+    return any(recorder is r for r in cache_recorders(tree_cache))
+
+
 def is_device_medium(medium: object) -> bool:
     """Only removals from GPU memory matter: a prefix that moved to host memory still hits."""
     return medium is None or getattr(medium, "name", str(medium)).upper().endswith("GPU")

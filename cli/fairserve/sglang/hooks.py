@@ -15,7 +15,7 @@ from typing import Any
 
 from fairserve.sglang.config import PluginConfig, build_policy
 from fairserve.sglang.control import SetQuantum
-from fairserve.sglang.evictions import is_device_medium, node_tokens
+from fairserve.sglang.evictions import is_cache_recorder, is_device_medium, node_tokens
 from fairserve.sglang.extension import ExtensionServer
 from fairserve.sglang.host import PolicyHost
 
@@ -27,6 +27,9 @@ class _Plugin:
 
     config: PluginConfig | None = None
     host: PolicyHost | None = None
+    scheduler: Any = None
+    """The scheduler of this process: its ``tree_cache`` is the one cache whose evictions
+    the router must learn (see ``evictions.cache_recorders``)."""
     server: ExtensionServer | None = None
     server_failed: bool = False
 
@@ -64,6 +67,7 @@ def scheduler_ready(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> N
     from sglang.srt.managers.schedule_policy import AddReqResult
 
     install_host(make_host(PLUGIN.config, scheduler, AddReqResult))
+    PLUGIN.scheduler = scheduler
     log.info("fairserve: policy %s runs in this scheduler", PLUGIN.config.policy)
 
 
@@ -132,17 +136,25 @@ def apply_controls(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str
 
 
 def node_evicted(recorder: Any, node: Any, medium: Any = None, *args: Any, **kw: Any) -> None:
-    """BEFORE ``KVCacheEventRecorder.record_remove``: a prefix left the GPU cache."""
+    """BEFORE ``KVCacheEventRecorder.record_remove``: a prefix left the GPU cache (of the
+    scheduler's own prefix cache; the hook sits on the class, for every recorder)."""
     host = PLUGIN.host
-    if host is not None and is_device_medium(medium):
+    if host is not None and is_device_medium(medium) and _own_cache(recorder):
         host.evictions.append(node_tokens(node))
 
 
 def cache_cleared(recorder: Any, *args: Any, **kwargs: Any) -> None:
-    """BEFORE ``KVCacheEventRecorder.record_all_cleared``: the whole cache is gone."""
+    """BEFORE ``KVCacheEventRecorder.record_all_cleared``: the whole cache is gone. Not
+    when the recorder is another tree's: ``SchedulePolicy`` resets its in-batch tree of the
+    waiting queue at every LPM ordering, and a flush per step would make the router forget
+    every prefix this worker holds."""
     host = PLUGIN.host
-    if host is not None:
+    if host is not None and _own_cache(recorder):
         host.evictions.append([])
+
+
+def _own_cache(recorder: Any) -> bool:
+    return is_cache_recorder(getattr(PLUGIN.scheduler, "tree_cache", None), recorder)
 
 
 def _ensure_extension(host: PolicyHost) -> None:

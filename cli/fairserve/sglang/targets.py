@@ -108,7 +108,13 @@ CLASSES: tuple[ClassContract, ...] = (
     ClassContract("sglang.srt.managers.schedule_batch", "ScheduleBatch", ("reqs", "launch_ts")),
     ClassContract(POLICY, "PrefillAdder", ("can_run_list", "budget_state")),
     ClassContract(
-        SCHEDULER, "Scheduler", ("max_total_num_tokens", "server_args", "waiting_queue")
+        SCHEDULER, "Scheduler",
+        ("max_total_num_tokens", "server_args", "waiting_queue", "tree_cache"),
+    ),
+    ClassContract("sglang.srt.mem_cache.radix_cache", "RadixCache", ("kv_events",)),
+    ClassContract("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache", ("tree_core",)),
+    ClassContract(
+        "sglang.srt.mem_cache.unified_cache.unified_tree_core", "UnifiedTreeCore", ("kv_events",)
     ),
     ClassContract("sglang.srt.sampling.sampling_params", "SamplingParams", ("max_new_tokens",)),
     ClassContract("sglang.srt.mem_cache.radix_cache", "TreeNode", ("parent", "key")),
