@@ -22,7 +22,7 @@ def app_request(rid: str, app: str, output: int, **extra: object) -> Request:
 
 
 def test_virtual_time_advances_at_capacity_over_active_applications() -> None:
-    policy = Justitia(kv_capacity_tokens=100)
+    policy = Justitia(kv_capacity_tokens=100, clock="seconds", steps_per_s=1.0)
     policy.on_arrival(app_request("a", "A", 1, meta={"app_cost": 1000.0}), 0.0)
     policy.on_arrival(app_request("b", "B", 1, meta={"app_cost": 100.0}), 2.0)
     assert policy.vtime == pytest.approx(200.0)  # one active application: rate M

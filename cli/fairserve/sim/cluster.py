@@ -5,6 +5,11 @@ arriving calls go through a ``sched`` dispatcher, exactly the objects the router
 SGLang plugin run. Programs are released by the workload; a call whose parents finished is
 released then (closed loop), so tree-of-thought and chat traffic react to the schedule.
 
+Justitia's view of a program: it is one application (``req.app``) from its start until its
+last call ended, when every engine's policy that tracks applications hears ``end_app``; its
+oracle cost, the true sum of its calls' KV token-time ``p·d + d²/2``, rides on every call
+as ``meta["app_cost"]``. Each program that ended is recorded (:mod:`fairserve.sim.programs`).
+
 Determinism: one event heap ordered by (time, sequence number); no wall clock, no hash
 ordering. The same workload, configuration and seed give the same result.
 """
@@ -19,12 +24,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairserve.core.cost import BatchTimeModel
+from fairserve.core.cost import BatchTimeModel, kv_token_time
 from fairserve.core.errors import ConfigError, RequestRejected
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy, local_policy_class
+from fairserve.sched.local.predictor import APP_COST_KEY
 from fairserve.sched.registry import load_all, make_dispatcher, make_local_policy
 from fairserve.sim.engine import Engine, EngineConfig, StepResult
+from fairserve.sim.programs import ProgramRecord
 from fairserve.sim.recorder import Recorder, SimResult
 from fairserve.workloads.model import Call, Program, Workload
 
@@ -91,6 +98,16 @@ class _ProgramState:
     calls: dict[str, Call]
     pending_parents: dict[str, int]
     children: dict[str, list[str]]
+    app_cost: float = 0.0
+    """The oracle: the true KV token-time of all the program's calls."""
+    open_calls: int = 0
+    """Calls not yet ended (finished or rejected); the program ends at 0."""
+    rejected_calls: int = 0
+
+
+def program_cost(program: Program) -> float:
+    """Justitia's application cost (eq. 1 summed over the calls): ``Σ p·d + d²/2``."""
+    return sum(kv_token_time(c.input_tokens, c.output_tokens) for c in program.calls)
 
 
 class ClusterSim:
@@ -123,6 +140,8 @@ class ClusterSim:
         self._horizon = self._horizon_s()
         self._source: Iterator[Program] = workload.programs(config.seed, self.end_s)
         self.now_s = 0.0
+        self.program_records: list[ProgramRecord] = []
+        self._open_programs: dict[str, _ProgramState] = {}
 
     # ---------------------------------------------------------------- setup
     def _make_policy(self, weights: Mapping[str, float]) -> LocalPolicy:
@@ -133,6 +152,8 @@ class ClusterSim:
             params["quantum"] = self.config.quantum
         if "kv_capacity_tokens" in declared:
             params.setdefault("kv_capacity_tokens", self.config.engine.kv_capacity_tokens)
+        if "app_idle_s" in declared:  # the simulator says when a program ends
+            params.setdefault("app_idle_s", math.inf)
         return make_local_policy(self.config.policy, weights=weights, **params)
 
     def _dispatch_params(self) -> dict[str, Any]:
@@ -169,7 +190,17 @@ class ClusterSim:
         self.recorder.sample_until(finish_s, self.engines)
         if progress is not None:
             progress(self.end_s, self.end_s)
-        return self.recorder.result(finish_s, self.engines, self.worker_ids, self.dispatcher)
+        result = self.recorder.result(finish_s, self.engines, self.worker_ids, self.dispatcher)
+        result.programs = self.program_records
+        result.programs_unfinished = self._unfinished_programs()
+        return result
+
+    def _unfinished_programs(self) -> dict[str, int]:
+        """Programs started but not ended by the end of the run, per client."""
+        out = {c.name: 0 for c in self.workload.clients}
+        for state in self._open_programs.values():
+            out[state.program.client] = out.get(state.program.client, 0) + 1
+        return out
 
     def _handle(self, kind: int, data: Any) -> None:
         if kind == _START:
@@ -198,7 +229,8 @@ class ClusterSim:
 
     def _start_program(self, program: Program) -> None:
         calls = {c.id: c for c in program.calls}
-        state = _ProgramState(program, calls, {}, {})
+        state = _ProgramState(program, calls, {}, {}, program_cost(program), len(calls))
+        self._open_programs[program.app] = state
         for call in program.calls:
             state.pending_parents[call.id] = len(call.after)
             for parent in call.after:
@@ -220,6 +252,7 @@ class ClusterSim:
             output_len=call.output_tokens,
         )
         req.meta["program"] = state
+        req.meta[APP_COST_KEY] = state.app_cost
         worker = self.dispatcher.dispatch(req)
         index = self._index[worker]
         self._cut_span(index)
@@ -228,6 +261,7 @@ class ClusterSim:
         except RequestRejected:
             self.dispatcher.on_abort(req, worker)
             self.recorder.rejected(req)
+            state.rejected_calls += 1
             self._call_ended(state, call.id)
             return
         self.recorder.arrived(req)
@@ -240,6 +274,24 @@ class ClusterSim:
             if state.pending_parents[child_id] == 0:
                 child = state.calls[child_id]
                 self._push(self.now_s + child.delay_s, _RELEASE, (state, child))
+        state.open_calls -= 1
+        if state.open_calls == 0:
+            self._program_ended(state)
+
+    def _program_ended(self, state: _ProgramState) -> None:
+        """Record the program and tell the policies that track applications it ended."""
+        program = state.program
+        del self._open_programs[program.app]
+        self.program_records.append(
+            ProgramRecord(
+                program.client, program.app, program.app_type, program.start_s, self.now_s,
+                len(state.calls), state.rejected_calls,
+            )
+        )  # fmt: skip
+        for engine in self.engines:
+            end_app = getattr(engine.policy, "end_app", None)
+            if end_app is not None:
+                end_app(program.app, self.now_s)
 
     # ---------------------------------------------------------------- workers
     def _run_worker(self, index: int) -> None:

@@ -16,6 +16,7 @@ from fairserve.core.metrics import ServiceSample
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.sim.engine import Engine, EngineStats, StepResult
+from fairserve.sim.programs import ProgramRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,9 @@ class SimResult:
     unfinished: dict[str, int] = field(default_factory=dict)
     queue_samples: list[tuple[float, int]] = field(default_factory=list)
     """(t_s, requests waiting in all queues) on the sample grid: is the queue bounded?"""
+    programs: list[ProgramRecord] = field(default_factory=list)
+    """Programs that ended within the run (the cluster records them; :mod:`.programs`)."""
+    programs_unfinished: dict[str, int] = field(default_factory=dict)
 
 
 class Recorder:

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from fairserve.core.metrics import jain_index, max_service_gap, percentile, sample_at
+from fairserve.sim.programs import programs_report
 from fairserve.sim.recorder import RequestRecord, SimResult
 
 
@@ -37,6 +38,7 @@ def build_report(result: SimResult, meta: dict[str, Any] | None = None) -> dict[
             "queue": _queue(result),
             "clients": _clients(result, span_s),
             "workers": _workers(result, span_s),
+            "programs": programs_report(result.programs, result.programs_unfinished),
         }
     )
     return report

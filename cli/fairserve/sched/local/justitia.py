@@ -1,37 +1,46 @@
 """Justitia (§IV): application-level fair queuing on KV token-time.
 
-An *application* is a group of calls (``req.app``; a request without one is its own
-application). Its cost is KV token-time, ``p·d + d²/2`` per call, predicted for the whole
-application when its first request arrives. Justitia serves applications in the order in
-which they would *finish* under GPS, the ideal fair share of the KV cache, computed with
-virtual time as in packet fair queuing:
+An *application* is a group of calls (``req.app``, a workload program, the router's
+``X-Fairserve-App``; a request without one is its own application). Its cost is KV
+token-time, ``p·d + d²/2`` per call, predicted **once**, for the whole application, when its
+first call arrives. Justitia serves applications in the order in which they would *finish*
+under GPS, the ideal fair share of the KV cache, computed with virtual time as in packet fair
+queuing:
 
-* ``V`` advances at ``M / N_t`` per step (``M`` KV capacity in tokens, ``N_t`` applications
-  active in the GPS reference; ``N_t`` is taken as at least 1, so ``V`` keeps moving when
-  the reference is idle). It is brought up to date lazily at every event from ``now_s``.
+* ``V`` advances at ``M / N_t`` per engine iteration (eq. 2: ``M`` the KV capacity in tokens,
+  the host's engine's; ``N_t`` applications active in the GPS reference, taken as at least 1
+  so ``V`` keeps moving when the reference is idle). Costs are token·iterations, so ``V`` must
+  count iterations too: with ``clock = "steps"`` (default) it advances by the decode steps the
+  host reports (``on_decode_step(s)``), exactly the paper's units; hosts that report no steps
+  use ``clock = "seconds"`` and ``steps_per_s``, their measured iteration rate.
 * An application arriving at ``a_j`` with predicted cost ``C_j`` gets the virtual finish
-  ``F_j = V(a_j) + C_j`` once; it stays active in GPS until ``V`` reaches ``F_j``.
+  ``F_j = V(a_j) + C_j`` once (eq. 3); it stays active in GPS until ``V`` reaches ``F_j``.
 * Waiting requests are admitted in ascending ``F_j`` of their application (ties by
   arrival), non-preemptively, skipping what does not fit.
 
 Weights generalise it to weighted fair queuing: the application of a client with weight
 ``w`` finishes at ``V + C_j / w`` and counts ``w`` in ``N_t``.
 
-An application *finishes* when its outstanding requests reach 0: its observed cost goes to
-the predictor and it leaves the order. A later request with the same ``app`` opens a new
-application (hosts replaying sequential multi-call programs should put the *remaining*
-cost in ``meta["app_cost"]`` for the oracle). Its GPS reference entry is independent of
-the real service and expires by virtual time alone.
+An application keeps its identity, and so its ``F_j``, over all its calls until it *ends*:
+when the host says so (:meth:`Justitia.end_app`, the simulator does when a program's last
+call ended), or, for hosts that cannot know (an HTTP client's next call may come any time),
+once it had no call outstanding for ``app_idle_s``. A call that finishes while its
+application waits for its next call (a tree's children, a chat's next turn) therefore does
+not reopen it as a new, later application. At its end its observed cost goes to the
+predictor, and the prediction error is kept (``snapshot()["prediction"]``): with the
+moving-average predictor in the simulator, that is the online predictor measured against
+the oracle. Its GPS reference entry is independent of the real service and expires by
+virtual time alone.
 
-Time: ``now_s`` is in seconds; ``steps_per_s`` converts to the paper's iterations
-(``V`` gains ``M·steps_per_s/N_t`` per second). Hosts that count time in steps keep 1.
+Delay bound (Theorem 1): ``f_j − f̄_j ≤ 2·c_max + C_max/M`` iterations, with ``c_max`` the
+largest call's and ``C_max`` the largest application's KV token-time.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +60,8 @@ PARAMS = (
         "kv_capacity_tokens",
         int,
         65536,
-        "KV cache capacity M in tokens (virtual time advances M/N_t per step)",
+        "KV cache capacity M in tokens (virtual time advances M/N_t per iteration); hosts "
+        "pass their engine's",
         minimum=0,
         exclusive_minimum=True,
     ),
@@ -77,12 +87,29 @@ PARAMS = (
         minimum=1,
     ),
     Param(
+        "clock",
+        str,
+        "steps",
+        "what virtual time counts: steps (the decode iterations the host reports, the "
+        "paper's units) or seconds (now_s times steps_per_s, for hosts reporting no steps)",
+        choices=("steps", "seconds"),
+    ),
+    Param(
         "steps_per_s",
         float,
         1.0,
-        "decode steps per second of now_s (1 when the host's clock counts steps)",
+        "clock=seconds: the engine's iterations per second of now_s",
         minimum=0.0,
         exclusive_minimum=True,
+    ),
+    Param(
+        "app_idle_s",
+        float,
+        30.0,
+        "an application with no call outstanding for this long has ended (hosts that "
+        "signal ends, like the simulator, pass inf)",
+        minimum=0.0,
+        allow_inf=True,
     ),
 )
 
@@ -103,6 +130,25 @@ class AppInstance:
     seq: int
     outstanding: int = 0
     observed_cost: float = 0.0
+    ending: bool = False
+    """The host said the application ended; it goes when its last call does."""
+
+
+@dataclass(slots=True)
+class PredictionError:
+    """How far the predictions were from the costs observed when applications ended."""
+
+    apps: int = 0
+    relative_error_sum: float = 0.0
+
+    def add(self, predicted: float, observed: float) -> None:
+        if observed > 0:
+            self.apps += 1
+            self.relative_error_sum += abs(predicted - observed) / observed
+
+    def state(self) -> dict[str, Any]:
+        mean = self.relative_error_sum / self.apps if self.apps else None
+        return {"apps": self.apps, "mean_relative_error": mean}
 
 
 @register_local
@@ -118,12 +164,17 @@ class Justitia(LocalPolicy):
         super().__init__(**kwargs)
         self.predictor: DemandPredictor = demand_predictor or self._make_predictor()
         self.vtime = 0.0
+        self.iterations = 0.0
+        """Engine iterations the virtual clock has run (the paper's time unit)."""
+        self._steps_clock = self.p["clock"] == "steps"
         self._clock_s: float | None = None
         self._gps: list[tuple[float, float]] = []  # (F_j, weight) of apps active in GPS
         self._gps_active_weight = 0.0  # N_t, weighted
         self._apps: dict[AppKey, AppInstance] = {}
+        self._idle_since: dict[AppKey, float] = {}  # no call outstanding, oldest first
         self._of_request: dict[int, AppKey] = {}
         self._seq = 0
+        self.prediction = PredictionError()
 
     def _make_predictor(self) -> DemandPredictor:
         if self.p["predictor"] == "oracle":
@@ -132,21 +183,31 @@ class Justitia(LocalPolicy):
 
     # ------------------------------------------------------------ virtual time
     def advance(self, now_s: float) -> float:
-        """Bring ``V`` up to ``now_s``, retiring GPS applications whose ``F_j`` is reached."""
+        """Bring ``V`` up to ``now_s`` (``clock = "seconds"``; with the steps clock the
+        iterations reported so far already did), retiring GPS applications reached."""
         if self._clock_s is None:
             self._clock_s = now_s
         left_s = now_s - self._clock_s
         if left_s <= 0:
             return self.vtime
         self._clock_s = now_s
-        capacity = self.p["kv_capacity_tokens"] * self.p["steps_per_s"]
-        while left_s > 0:
+        if not self._steps_clock:
+            self.advance_iterations(left_s * self.p["steps_per_s"])
+        return self.vtime
+
+    def advance_iterations(self, iterations: float) -> float:
+        """Eq. 2 over ``iterations`` engine iterations: ``dV = M / N_t`` per iteration,
+        piecewise between GPS finishes (``N_t`` drops at each)."""
+        self.iterations += iterations
+        capacity = float(self.p["kv_capacity_tokens"])
+        left = iterations
+        while left > 0:
             rate = capacity / (self._gps_active_weight if self._gps else 1.0)
-            if not self._gps or (self._gps[0][0] - self.vtime) / rate > left_s:
-                self.vtime += rate * left_s
+            if not self._gps or (self._gps[0][0] - self.vtime) / rate > left:
+                self.vtime += rate * left
                 break
             finish_v = self._gps[0][0]
-            left_s -= max(0.0, (finish_v - self.vtime) / rate)
+            left -= max(0.0, (finish_v - self.vtime) / rate)
             self.vtime = max(self.vtime, finish_v)
             self._retire_reached()
         return self.vtime
@@ -158,13 +219,27 @@ class Justitia(LocalPolicy):
         if not self._gps:
             self._gps_active_weight = 0.0  # no drift from repeated subtraction
 
+    def on_decode_step(self, running: Sequence[Request], now_s: float) -> None:
+        super().on_decode_step(running, now_s)
+        if self._steps_clock and running:
+            self.advance_iterations(1)
+
+    def on_decode_groups(
+        self, groups: Mapping[str, Sequence[Request]], steps: int, now_s: float
+    ) -> None:
+        super().on_decode_groups(groups, steps, now_s)
+        if self._steps_clock and groups:
+            self.advance_iterations(steps)
+
     # ------------------------------------------------------------ events
     def _arrive(self, req: Request, now_s: float) -> None:
         self.advance(now_s)
+        self._expire_idle(now_s)
         key: AppKey = ("app", req.app) if req.app is not None else ("request", req.id)
         app = self._apps.get(key)
         if app is None:
             app = self._open(key, req)
+        self._idle_since.pop(key, None)
         app.outstanding += 1
         self._of_request[id(req)] = key
 
@@ -195,7 +270,8 @@ class Justitia(LocalPolicy):
         return [t[3] for t in keyed]
 
     def _finished(self, req: Request, now_s: float) -> None:
-        """An application finishes when its last outstanding request does."""
+        """A call ended; its application ends with it only if it was its own, or the host
+        already said the application ended. Otherwise it waits for its next call."""
         self.advance(now_s)
         key = self._of_request.pop(id(req), None)
         app = self._apps.get(key) if key is not None else None
@@ -205,16 +281,48 @@ class Justitia(LocalPolicy):
             req.input_tokens, req.cached_tokens, req.output_tokens
         )
         app.outstanding -= 1
-        if app.outstanding <= 0:
-            del self._apps[app.key]
-            self.predictor.observe(app.app_type, app.observed_cost)
+        if app.outstanding > 0:
+            return
+        if app.key[0] == "request" or app.ending:
+            self._end(app)
+        else:
+            self._idle_since[app.key] = now_s
+        self._expire_idle(now_s)
+
+    def end_app(self, app_id: str, now_s: float) -> None:
+        """The host knows application ``app_id`` ended (a program's last call ended): it
+        leaves the order now, or when its calls still outstanding here have finished."""
+        app = self._apps.get(("app", app_id))
+        if app is None:
+            return
+        if app.outstanding > 0:
+            app.ending = True
+        else:
+            self._end(app)
+
+    def _expire_idle(self, now_s: float) -> None:
+        """End the applications idle for ``app_idle_s`` (hosts that cannot signal ends)."""
+        idle_s = self.p["app_idle_s"]
+        while self._idle_since:
+            key, since_s = next(iter(self._idle_since.items()))
+            if now_s - since_s < idle_s:
+                return
+            self._end(self._apps[key])
+
+    def _end(self, app: AppInstance) -> None:
+        del self._apps[app.key]
+        self._idle_since.pop(app.key, None)
+        self.prediction.add(app.predicted_cost, app.observed_cost)
+        self.predictor.observe(app.app_type, app.observed_cost)
 
     # ------------------------------------------------------------ state
     def snapshot(self) -> dict[str, Any]:
         out = super().snapshot()
         out["virtual_time"] = self.vtime
+        out["iterations"] = self.iterations
         out["gps_active"] = len(self._gps)
         out["predictor"] = self.predictor.state()
+        out["prediction"] = self.prediction.state()
         apps = sorted(self._apps.values(), key=lambda a: (a.finish_v, a.seq))
         out["apps_total"] = len(apps)
         out["apps"] = [
