@@ -34,7 +34,7 @@ from fairserve.core.openai_api import (
 )
 from fairserve.core.types import Request
 from fairserve.router import proxy
-from fairserve.router.identity import application, bearer_token, identify
+from fairserve.router.identity import application, bearer_token, identify, upstream_rid
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
 from fairserve.router.state import json_safe, quantum_view, snapshot, weights_view
@@ -135,7 +135,7 @@ def _new_call(
             headers={"Retry-After": "1"},
         )
     now = time.monotonic()
-    rid = spec.rid
+    rid = upstream_rid(client, body.get("rid"))
     req = Request(
         id=rid,
         client=client,

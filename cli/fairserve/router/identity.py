@@ -9,6 +9,8 @@ send some key, often ``EMPTY``).
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,3 +75,22 @@ def _name(value: str, where: str) -> str:
     if len(value) > MAX_NAME_CHARS:
         raise bad_request(f"{where}: expected at most {MAX_NAME_CHARS} characters")
     return value
+
+
+# ------------------------------------------------------------------ request ids
+_RID_KEY = os.urandom(32)
+"""Drawn once per router process: keys the hash that namespaces a client's own rid."""
+
+
+def upstream_rid(client: str, client_rid: str | None) -> str:
+    """The rid the router sends upstream (and aborts by): 32 hex digits nobody else can name.
+
+    Without a client rid: 128 random bits, so no answer's id reveals a sequence to predict
+    the next tenant's rid from. With one: a keyed hash of the client's name and its rid,
+    so the same client naming the same rid twice gets the same id (SGLang refuses the
+    second while the first runs: the client's own problem) but no other client can reach,
+    abort or pre-book it. A client's rid is never forwarded as it is."""
+    if client_rid is None:
+        return os.urandom(16).hex()
+    text = f"{client}\0{client_rid}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, key=_RID_KEY, digest_size=16).hexdigest()
