@@ -11,11 +11,11 @@ queue), and the raw ``dispatcher`` snapshot.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import fairserve
+from fairserve.api.jsonsafe import json_safe as json_safe  # the one rule; handlers import it here
 from fairserve.router.upstream import Upstream
 from fairserve.sched.local.base import local_policy_class
 from fairserve.sched.registry import load_all
@@ -152,18 +152,3 @@ def _worker(router: Router, up: Upstream, dispatch: dict[str, Any]) -> dict[str,
         "last_error": up.last_error,
         "router_queue": up.queue.snapshot() if up.queue is not None else None,
     }
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities as null / ``"inf"`` (JSON has neither)."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value

@@ -5,42 +5,45 @@ access to the policy living in the scheduler. So the leader scheduler serves the
 itself, on a side port (``FAIRSERVE_EXTENSION_PORT``), with the standard library's threaded
 HTTP server in a daemon thread: no event loop to share with SGLang, nothing to install.
 
-Endpoints and JSON shapes are the simulated worker's (DESIGN §5):
-
-* ``GET /fairserve/worker/state`` — policy snapshot, counters, per-client queues;
-* ``GET /fairserve/worker/quantum``, ``PUT`` ``{"quantum": Q}`` (admin token when set) —
-  the PUT returns once every rank applied it (see :mod:`fairserve.sglang.control`);
-* ``GET /fairserve/worker/evictions?since=N&limit=M`` — the eviction feed.
+Routes, JSON shapes and the admin rule are the simulated worker's: both serve the one table
+of :mod:`fairserve.api.worker_extension` (state, quantum, weights, evictions). A quantum or
+weight PUT returns once the leader rank applied it (see :mod:`fairserve.sglang.control`).
+Writes need the admin token (``FAIRSERVE_ADMIN_TOKEN``); without one they are open only when
+the extension listens on loopback (:mod:`fairserve.api.auth`).
 
 Errors use the OpenAI error shape, like every other fairserve server.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import logging
-import math
 import threading
+from collections.abc import Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
-from fairserve.core.errors import ConfigError
-from fairserve.core.openai_api import ApiError, bad_request, error_body
+from fairserve.api.auth import is_loopback_host
+from fairserve.api.jsonsafe import dumps
+from fairserve.api.worker_extension import (
+    AdminRule,
+    EvictionPage,
+    ExtensionRequest,
+    QuantumView,
+    WeightsView,
+    handle,
+)
+from fairserve.core.openai_api import ApiError, error_body
+from fairserve.sglang.control import PolicyChange
 from fairserve.sglang.host import PolicyHost
 
 log = logging.getLogger("fairserve.sglang")
 
 APPLY_TIMEOUT_S = 10.0
-"""How long a quantum PUT waits for the scheduler's next iteration to apply it."""
+"""How long a quantum or weight PUT waits for the scheduler's next iteration to apply it."""
 MAX_BODY_BYTES = 1 << 16
-DEFAULT_PAGE = 1000
-
-STATE = "/fairserve/worker/state"
-QUANTUM = "/fairserve/worker/quantum"
-EVICTIONS = "/fairserve/worker/evictions"
+ENABLE_HINT = "start SGLang with FAIRSERVE_ADMIN_TOKEN set (fairserve launch --admin-token)"
 
 
 class ExtensionServer:
@@ -88,81 +91,57 @@ class ExtensionServer:
             self._thread = None
 
     # ------------------------------------------------------------ endpoints
-    def handle(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, Any]:
-        """(status, JSON payload) for one request; raises ApiError for client errors."""
+    def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes
+               ) -> tuple[int, Any]:  # fmt: skip
+        """(status, JSON payload) for one request, from the shared table."""
         parts = urlsplit(target)
-        path, query = parts.path.rstrip("/") or "/", parse_qs(parts.query)
-        routes = {
-            ("GET", STATE): lambda: self.policy_host.state_json(),
-            ("GET", QUANTUM): lambda: self.policy_host.quantum_json(),
-            ("PUT", QUANTUM): lambda: self._put_quantum(headers, body),
-            ("GET", EVICTIONS): lambda: self._evictions(query),
-        }
-        route = routes.get((method, path))
-        if route is None:
-            if any(p == path for _, p in routes):
-                raise ApiError(405, f"{method} is not allowed on {path}")
-            raise ApiError(404, f"no such endpoint: {path}")
-        return 200, route()
+        query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+        request = ExtensionRequest(method, parts.path, query, headers, body)
+        rule = AdminRule(self.admin_token, is_loopback_host(self.bind_host), ENABLE_HINT)
+        return handle(request, PluginHost(self.policy_host, self.apply_timeout_s), rule)
 
-    def _put_quantum(self, headers: Any, body: bytes) -> dict[str, Any]:
-        self._check_admin(headers.get("Authorization", ""))
-        try:
-            data = json.loads(body or b"{}")
-        except json.JSONDecodeError as exc:
-            raise bad_request(f"body: expected a JSON object ({exc})") from None
-        if not isinstance(data, dict):
-            raise bad_request('body: expected a JSON object like {"quantum": 256}')
-        try:
-            quantum = self.policy_host.check_quantum(data.get("quantum"))
-        except ConfigError as exc:
-            raise bad_request(str(exc)) from None
-        message, applied = self.policy_host.controls.submit(quantum)
+
+class PluginHost:
+    """A :class:`PolicyHost` as the extension's host. Values are checked here, on the HTTP
+    thread (400 at once); changes travel to the scheduler through the control channel and
+    the answer waits until the leader rank applied them (503 after ``apply_timeout_s``)."""
+
+    def __init__(self, host: PolicyHost, apply_timeout_s: float) -> None:
+        self.host = host
+        self.apply_timeout_s = apply_timeout_s
+
+    def state(self) -> dict[str, Any]:
+        return self.host.state_json()
+
+    def quantum(self) -> QuantumView:
+        return cast(QuantumView, self.host.quantum_json())
+
+    def set_quantum(self, quantum: float) -> QuantumView:
+        value = self.host.check_quantum(quantum)
+        self._wait(self.host.controls.submit(value), f"quantum {value:g}")
+        return self.quantum()
+
+    def weights(self) -> WeightsView:
+        return cast(WeightsView, self.host.weights_json())
+
+    def set_weight(self, client: str, weight: float) -> WeightsView:
+        value = self.host.check_weight(client, weight)
+        change = self.host.controls.submit_weight(client, value)
+        self._wait(change, f"weight {value:g} of client {client!r}")
+        return self.weights()
+
+    def evictions(self, since: int, limit: int) -> EvictionPage:
+        return cast(EvictionPage, self.host.evictions.read(since, limit))
+
+    def _wait(self, submitted: tuple[PolicyChange, threading.Event], what: str) -> None:
+        message, applied = submitted
         if not applied.wait(self.apply_timeout_s):
-            self.policy_host.controls.forget(message)
+            self.host.controls.forget(message)
             raise ApiError(
                 503,
-                f"the scheduler did not apply quantum {quantum:g} within "
-                f"{self.apply_timeout_s:g} s (busy?); it applies at its next iteration",
+                f"the scheduler did not apply {what} within {self.apply_timeout_s:g} s "
+                "(busy?); it applies at its next iteration",
             )
-        return self.policy_host.quantum_json()
-
-    def _evictions(self, query: dict[str, list[str]]) -> dict[str, Any]:
-        since = _query_int(query, "since", 0)
-        limit = _query_int(query, "limit", DEFAULT_PAGE)
-        if limit < 1:
-            raise bad_request(f"limit: expected a positive integer, got {limit}")
-        return self.policy_host.evictions.read(since, limit)
-
-    def _check_admin(self, given: str) -> None:
-        if self.admin_token is None:
-            return
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            value.strip().encode(), self.admin_token.encode()
-        ):
-            raise ApiError(401, "admin token required: send 'Authorization: Bearer TOKEN'")
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities (an infinite quantum) become null: they are not JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def _query_int(query: dict[str, list[str]], name: str, default: int) -> int:
-    values = query.get(name)
-    if not values:
-        return default
-    text = values[-1]
-    if not text.isdigit():
-        raise bad_request(f"{name}: expected a non-negative integer, got {text!r}")
-    return int(text)
 
 
 def _handler_class(server: ExtensionServer) -> type[BaseHTTPRequestHandler]:
@@ -181,23 +160,33 @@ def _handler_class(server: ExtensionServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY_BYTES:
-                    raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes")
-                body = self.rfile.read(length) if length else b""
-                status, payload = server.handle(method, self.path, self.headers, body)
+                body = self._body()
+                headers = {name.title(): value for name, value in self.headers.items()}
+                status, payload = server.handle(method, self.path, headers, body)
             except ApiError as exc:
                 status, payload = exc.status, error_body(exc)
             except Exception as exc:  # never kill the scheduler over a dashboard request
                 log.exception("fairserve extension: %s %s failed", method, self.path)
-                error = ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+                error = ApiError(500, f"internal error: {type(exc).__name__}")
                 status, payload = 500, error_body(error)
-            data = json.dumps(json_safe(payload), allow_nan=False).encode()
+            data = dumps(payload).encode()
             self.send_response(status, HTTPStatus(status).phrase)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _body(self) -> bytes:
+            text = self.headers.get("Content-Length") or "0"
+            if not (text.isascii() and text.isdigit()):
+                self.close_connection = True  # the body's end is unknown
+                message = f"Content-Length: expected a non-negative integer, got {text!r}"
+                raise ApiError(400, message)
+            length = int(text)
+            if length > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes")
+            return self.rfile.read(length) if length else b""
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("fairserve extension: " + format, *args)

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fairserve.core.errors import ConfigError
-from fairserve.core.types import Request
+from fairserve.core.types import Request, validate_weight
 from fairserve.sched.local.base import LocalPolicy
 from fairserve.sched.params import QUANTUM
 from fairserve.sglang.config import PluginConfig
-from fairserve.sglang.control import ControlChannel, SetQuantum
+from fairserve.sglang.control import ControlChannel, PolicyChange
 from fairserve.sglang.decision import Decision
 from fairserve.sglang.evictions import EvictionFeed
 from fairserve.sglang.requests import (
@@ -256,13 +256,18 @@ class PolicyHost:
             value: float = QUANTUM.validate(f"policy {self.policy.name}", quantum)
         return float(value)
 
-    def apply_controls(self, messages: list[SetQuantum]) -> None:
+    def check_weight(self, client: str, weight: float) -> float:
+        """Validate a client's new weight now (the HTTP thread answers 400 at once)."""
+        validate_weight(client, weight)
+        return float(weight)
+
+    def apply_controls(self, messages: list[PolicyChange]) -> None:
         """Apply broadcast changes (every rank, same iteration, before its requests)."""
         with self.lock:
             self._close_decision()
             for message in sorted(messages, key=lambda m: m.ticket):
                 if message.ticket > self.last_ticket:
-                    self.policy.set_quantum(message.quantum)
+                    message.apply(self.policy)
                     self.last_ticket = message.ticket
                 self.controls.applied(message)
 
@@ -270,6 +275,11 @@ class PolicyHost:
     def quantum_json(self) -> dict[str, Any]:
         with self.lock:
             return {"policy": self.policy.name, "quantum": self.policy.quantum}
+
+    def weights_json(self) -> dict[str, Any]:
+        """``/fairserve/worker/weights``: the weights set on this rank's policy."""
+        with self.lock:
+            return {"policy": self.policy.name, "weights": dict(self.policy.weights)}
 
     def state_json(self) -> dict[str, Any]:
         """``/fairserve/worker/state`` in the simulated worker's shape (DESIGN §5)."""

@@ -1,5 +1,9 @@
 """Everything but generation: health, server and model info, metrics, control, and the
-fairserve extension (``/fairserve/worker/...``: state, live quantum, eviction feed).
+fairserve extension (``/fairserve/worker/...``: state, live quantum and weights, eviction
+feed), served from the table of :mod:`fairserve.api.worker_extension` that the SGLang plugin
+serves too. Admin rule (``api.auth``): writes need the admin token when one is set; without
+one they are open only while the worker listens on loopback; ``/abort_request`` and
+``/flush_cache`` need the token when the worker listens beyond loopback.
 
 SGLang serves its info endpoints under two names (``/get_server_info`` and the newer
 ``/server_info``; ``sglang-router`` asks for the new one first), so both are routed here.
@@ -7,14 +11,21 @@ SGLang serves its info endpoints under two names (``/get_server_info`` and the n
 
 from __future__ import annotations
 
-import hmac
 import time
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
 import fairserve
-from fairserve.core.errors import ConfigError
+from fairserve.api.auth import is_loopback_host, require_admin
+from fairserve.api.worker_extension import (
+    AdminRule,
+    EvictionPage,
+    ExtensionRequest,
+    QuantumView,
+    WeightsView,
+    handle,
+)
 from fairserve.core.openai_api import ApiError, bad_request, parse_json
 from fairserve.worker import responses as r
 from fairserve.worker.generation import RUNTIME
@@ -22,6 +33,9 @@ from fairserve.worker.metrics import CONTENT_TYPE, WorkerMetrics
 from fairserve.worker.runtime import WorkerRuntime
 
 METRICS: web.AppKey[WorkerMetrics] = web.AppKey("metrics", WorkerMetrics)
+LISTEN_HOST: web.AppKey[str] = web.AppKey("listen_host", str)
+"""The address the worker listens on: the admin rule of ``api.auth`` depends on it."""
+ENABLE_HINT = "start the worker with --admin-token"
 
 STALL_LIMIT_S = 5.0
 """``/health_generate`` fails when work is pending and no step ended for this long."""
@@ -128,6 +142,7 @@ async def metrics(request: web.Request) -> web.Response:
 # ------------------------------------------------------------------ control
 async def abort_request(request: web.Request) -> web.Response:
     """``{"rid": ...}`` or ``{"abort_all": true}``; unknown ids are not an error (SGLang)."""
+    _check_control(request)
     body = parse_json(await request.read())
     runtime = _runtime(request)
     if body.get("abort_all") is True:
@@ -140,93 +155,69 @@ async def abort_request(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
+    _check_control(request)
     if not _runtime(request).flush_cache():
         raise bad_request("cache not flushed: requests are waiting or running")
     return json_response({"message": "cache flushed"})
 
 
-# ------------------------------------------------------------------ fairserve extension
-async def worker_state(request: web.Request) -> web.Response:
-    runtime = _runtime(request)
-    return json_response({"model_name": runtime.config.model_name, **runtime.state()})
-
-
-async def get_quantum(request: web.Request) -> web.Response:
-    policy = _runtime(request).engine.policy
-    return json_response({"policy": policy.name, "quantum": policy.quantum})
-
-
-async def put_quantum(request: web.Request) -> web.Response:
-    """Set the local policy's Q^u; takes effect at the next batching step."""
-    runtime = _runtime(request)
-    _check_admin(request, runtime.config.admin_token)
-    body = parse_json(await request.read())
-    quantum = body.get("quantum")
-    if isinstance(quantum, bool) or not isinstance(quantum, int | float):
-        raise bad_request(f"quantum: expected a positive number, got {quantum!r}")
-    policy = runtime.engine.policy
-    try:
-        policy.set_quantum(float(quantum))
-    except ConfigError as exc:
-        raise bad_request(str(exc)) from None
-    return json_response({"policy": policy.name, "quantum": policy.quantum})
-
-
-async def get_weights(request: web.Request) -> web.Response:
-    policy = _runtime(request).engine.policy
-    return json_response({"policy": policy.name, "weights": dict(policy.weights)})
-
-
-async def put_weights(request: web.Request) -> web.Response:
-    """Set one client's weight in the local policy (``fairserve tune weight`` pushes it here);
-    like the quantum, it takes effect at the next batching step."""
-    runtime = _runtime(request)
-    _check_admin(request, runtime.config.admin_token)
-    body = parse_json(await request.read())
-    unknown = sorted(set(body) - {"client", "weight"})
-    if unknown:
-        raise bad_request(f"{unknown[0]}: unknown field; expected client and weight")
-    client, weight = body.get("client"), body.get("weight")
-    if not isinstance(client, str) or not client:
-        raise bad_request(f"client: expected a non-empty string, got {client!r}")
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        raise bad_request(f"weight: expected a positive number, got {weight!r}")
-    policy = runtime.engine.policy
-    try:
-        policy.set_weight(client, float(weight))
-    except ConfigError as exc:
-        raise bad_request(str(exc)) from None
-    return json_response({"policy": policy.name, "weights": dict(policy.weights)})
-
-
-async def evictions(request: web.Request) -> web.Response:
-    """Eviction events with ``seq >= since`` (encoding: see ``worker.evictions``)."""
-    since = _query_int(request, "since", 0)
-    limit = _query_int(request, "limit", 1000)
-    if limit < 1:
-        raise bad_request(f"limit: expected a positive integer, got {limit}")
-    return json_response(_runtime(request).evictions.read(since, limit))
-
-
-def _query_int(request: web.Request, name: str, default: int) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise bad_request(f"{name}: expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise bad_request(f"{name}: expected a non-negative integer, got {value}")
-    return value
-
-
-def _check_admin(request: web.Request, token: str | None) -> None:
-    if token is None:
+def _check_control(request: web.Request) -> None:
+    """``/abort_request`` and ``/flush_cache`` end other tenants' work: beyond loopback they
+    need the admin token (the rule of ``api.auth``); on loopback they stay open, as in
+    SGLang, for the local router that aborts the requests of clients gone."""
+    if _loopback_only(request):
         return
-    given = request.headers.get("Authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        value.strip().encode(), token.encode()
-    ):
-        raise ApiError(401, "admin token required: send 'Authorization: Bearer TOKEN'")
+    token = _runtime(request).config.admin_token
+    require_admin(request.headers, token, open_when_unset=False, enable_hint=ENABLE_HINT)
+
+
+# ------------------------------------------------------------------ fairserve extension
+async def extension(request: web.Request) -> web.Response:
+    """Every ``/fairserve/worker/...`` route: the shared table of ``api.worker_extension``."""
+    runtime = _runtime(request)
+    query = {name: request.query.getall(name)[-1] for name in request.query}
+    body = await request.read() if request.method != "GET" else b""
+    call = ExtensionRequest(request.method, request.path, query, request.headers, body)
+    rule = AdminRule(runtime.config.admin_token, _loopback_only(request), ENABLE_HINT)
+    status, payload = handle(call, SimulatedHost(runtime), rule)
+    return json_response(payload, status)
+
+
+# The names the application's route table uses: one handler serves them all.
+worker_state = get_quantum = put_quantum = get_weights = put_weights = evictions = extension
+
+
+class SimulatedHost:
+    """The simulated engine as an :class:`~fairserve.api.worker_extension.ExtensionHost`;
+    changes apply to the policy at once and take effect at the next batching step."""
+
+    def __init__(self, runtime: WorkerRuntime) -> None:
+        self.runtime = runtime
+        self.policy = runtime.engine.policy
+
+    def state(self) -> dict[str, Any]:
+        return {"model_name": self.runtime.config.model_name, **self.runtime.state()}
+
+    def quantum(self) -> QuantumView:
+        return {"policy": self.policy.name, "quantum": self.policy.quantum}
+
+    def set_quantum(self, quantum: float) -> QuantumView:
+        self.policy.set_quantum(quantum)
+        return self.quantum()
+
+    def weights(self) -> WeightsView:
+        return {"policy": self.policy.name, "weights": dict(self.policy.weights)}
+
+    def set_weight(self, client: str, weight: float) -> WeightsView:
+        self.policy.set_weight(client, weight)
+        return self.weights()
+
+    def evictions(self, since: int, limit: int) -> EvictionPage:
+        return cast(EvictionPage, self.runtime.evictions.read(since, limit))
+
+
+def _loopback_only(request: web.Request) -> bool:
+    """Whether the worker listens on loopback only (``LISTEN_HOST``, set by the server;
+    unknown counts as beyond loopback, the safe side)."""
+    host = request.app.get(LISTEN_HOST)
+    return host is not None and is_loopback_host(host)

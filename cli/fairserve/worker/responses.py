@@ -11,10 +11,10 @@ handlers only decide *when* to write.
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
+from fairserve.api.jsonsafe import dumps as dumps  # JSON text under the one non-finite rule
+from fairserve.api.jsonsafe import json_safe as json_safe
 from fairserve.core.openai_api import error_body as error_body  # re-exported for handlers
 from fairserve.worker.runtime import Ticket
 
@@ -25,19 +25,6 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + dumps(payload).encode() + b"\n\n"
 
 
-def dumps(payload: Any) -> str:
-    """JSON text; NaN and infinities become null (they are not JSON)."""
-    return json.dumps(json_safe(payload), allow_nan=False)
-
-
-def json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def openai_finish(ticket: Ticket) -> str | None:

@@ -120,8 +120,10 @@ class WorkerServer:
         self.port = sock.getsockname()[1]
         self.runtime = WorkerRuntime(self.config, self._factory)
         self.runtime.start()
+        app = build_app(self.runtime)
+        app[admin.LISTEN_HOST] = self.host  # the admin rule depends on it (api.auth)
         self._runner = web.AppRunner(
-            build_app(self.runtime),
+            app,
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=self.grace_s + 1.0,
