@@ -11,7 +11,6 @@ Admin API: ``GET|PUT /fairserve/v1/quantum`` (Q^w, Q^u) and ``GET|PUT /fairserve
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from fairserve.api.auth import require_admin
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import (
     ApiError,
@@ -34,7 +34,7 @@ from fairserve.core.openai_api import (
 )
 from fairserve.core.types import Request
 from fairserve.router import proxy
-from fairserve.router.identity import application, bearer_token, identify, upstream_rid
+from fairserve.router.identity import application, identify, upstream_rid
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
 from fairserve.router.state import json_safe, quantum_view, snapshot, weights_view
@@ -283,15 +283,13 @@ def _quantum(value: object, field: str, allow_inf: bool) -> float | None:
     return number
 
 
+ENABLE_WRITES = "start the router with --admin-token"
+
+
 def check_admin(request: web.Request, token: str | None) -> None:
-    """401 without a bearer token, 403 with a wrong one (or when no token is configured)."""
-    if token is None:
-        raise ApiError(403, "writes are disabled: start the router with --admin-token")
-    given = bearer_token(request.headers)
-    if given is None:
-        raise ApiError(401, "admin token required: send 'Authorization: Bearer TOKEN'")
-    if not hmac.compare_digest(given.encode(), token.encode()):
-        raise ApiError(403, "wrong admin token")
+    """401 without a bearer token, 403 with a wrong one (or when no token is configured):
+    the admin rule every fairserve server shares (``api.auth``)."""
+    require_admin(request.headers, token, open_when_unset=False, enable_hint=ENABLE_WRITES)
 
 
 def routes() -> list[web.RouteDef]:
