@@ -116,7 +116,7 @@ def test_completion_prompt_as_text_ids_or_a_batch_of_one() -> None:
         ({}, "missing field: 'prompt'"),
         ({"prompt": ["a", "b"]}, "batched requests are not supported"),
         ({"prompt": [[1], [2]]}, "batched requests are not supported"),
-        ({"prompt": "a", "max_tokens": -3}, "max_tokens: expected a non-negative integer"),
+        ({"prompt": "a", "max_tokens": -3}, "max_tokens: expected a positive integer"),
         ({"prompt": "a", "n": 2}, "n: only n = 1 is supported"),
         ({"prompt": "a", "user": 7}, "user: expected a string"),
         ({"prompt": "a", "model": 7}, "model: expected a string"),

@@ -9,20 +9,29 @@ response writers never see route-specific shapes. Validation is strict about wha
 simulator uses (prompt, output length, identity) and lenient about the rest: SGLang and
 OpenAI clients (and routers such as ``sglang-router``) send many sampling and logging fields
 (``temperature``, ``top_p``, ``model: null``, ``log_metrics``...) that a simulated engine
-accepts and ignores. Every error says which field is wrong and what was expected.
+accepts and ignores, within the ranges the OpenAI API documents (a value outside them is
+a client's bug, and a real engine would refuse it). Every error says which field is wrong
+and what was expected, and shows at most a short excerpt of the value.
+
+Nothing a client sends may raise anything but :class:`ApiError`: bodies nested deeper than
+:data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` literals, integers too long to convert, lone
+surrogates in text (valid JSON escapes, invalid Unicode) are all 400s here, because the
+layers after parsing (tokenizing, ``json.dumps`` of the upstream body, hashing a rid)
+would otherwise fail with an internal error.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
 from fairserve.core.tokenizer import render_chat, token_key
-from fairserve.core.types import ANONYMOUS_CLIENT, key_to_tokens, tokens_to_key
+from fairserve.core.types import ANONYMOUS_CLIENT, TOKEN_BYTES, key_to_tokens, tokens_to_key
 
 Route = Literal["generate", "completions", "chat"]
 
@@ -31,6 +40,13 @@ DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_COMPLETION_TOKENS = 16
 """``/v1/completions`` default (the OpenAI API's ``max_tokens`` default)."""
 MAX_TOKEN_ID = 2**32 - 1
+MAX_OUTPUT_TOKENS = 2**31 - 1
+"""The most output tokens a request may ask for whatever the model (the context check,
+:func:`check_context`, is usually far stricter)."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in a body (generation bodies nest a few
+levels; tools' JSON schemas a few more)."""
+MAX_RID_CHARS = 256
 
 CLIENT_HEADER = "X-Fairserve-Client"
 APP_HEADER = "X-Fairserve-App"
@@ -91,6 +107,8 @@ class GenerationSpec:
     app: str | None = None
     include_usage: bool = False
     model: str | None = None
+    max_tokens_field: str = "max_tokens"
+    """The field that set ``max_new_tokens`` (for error messages)."""
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -99,14 +117,61 @@ class GenerationSpec:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 that says what is wrong with it."""
+    """The body as a JSON object, or a 400 that says what is wrong with it.
+
+    ``RecursionError`` is the C parser's answer to very deep nesting; a body that parses
+    but nests deeper than :data:`MAX_JSON_DEPTH` is refused too, so no later step (the
+    upstream ``json.dumps``, an error message's ``repr``) runs out of stack on it."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise bad_request(_TOO_DEEP) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"request body is not valid JSON: {exc}") from None
+        raise bad_request(f"request body is not valid JSON: {_excerpt(str(exc))}") from None
     if not isinstance(body, dict):
         raise bad_request(f"request body: expected a JSON object, got {_type_name(body)}")
+    if _too_deep(body):
+        raise bad_request(_TOO_DEEP)
     return body
+
+
+_TOO_DEEP = f"request body is nested too deeply (the most is {MAX_JSON_DEPTH} levels)"
+_SCALARS = {str, int, float, bool, type(None)}
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (standard JSON has no NaN or Infinity)")
+
+
+def _too_deep(body: dict[str, Any]) -> bool:
+    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`, without recursion; lists
+    of scalars (token ids) are checked in C."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        if isinstance(value, list) and set(map(type, value)) <= _SCALARS:
+            continue
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def check_context(spec: GenerationSpec, context_tokens: int | None) -> None:
+    """400 when the prompt and the requested output exceed the model's context length
+    (``None``: unknown, nothing to check), with the message vLLM and SGLang give."""
+    if context_tokens is None:
+        return
+    prompt = len(spec.prompt_key) // TOKEN_BYTES
+    total = prompt + spec.max_new_tokens
+    if total > context_tokens:
+        raise bad_request(
+            f"This model's maximum context length is {context_tokens} tokens. However, you "
+            f"requested {total} tokens ({prompt} in the prompt, {spec.max_new_tokens} for "
+            f"the completion). Please reduce the length of the prompt or of the completion "
+            f"({spec.max_tokens_field})."
+        )
 
 
 def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> GenerationSpec:
@@ -123,10 +188,12 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
     params = {} if params is None else params
     if not isinstance(params, dict):
         raise bad_request(f"sampling_params: expected a JSON object, got {_type_name(params)}")
-    max_new = _non_negative_int(
-        params.get("max_new_tokens"), "sampling_params.max_new_tokens", DEFAULT_MAX_NEW_TOKENS
+    # SGLang accepts max_new_tokens = 0 (a prefill only); OpenAI's fields need >= 1.
+    max_new = _output_tokens(
+        params.get("max_new_tokens"), "sampling_params.max_new_tokens", DEFAULT_MAX_NEW_TOKENS, 0
     )
     _optional_bool(params.get("ignore_eos"), "sampling_params.ignore_eos")
+    _check_sampling(params, "sampling_params.", _NATIVE_RANGES)
     rid = body.get("rid")
     if isinstance(rid, list):
         raise bad_request(_BATCHED)
@@ -138,6 +205,7 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
         max_new_tokens=max_new,
         stream=_optional_bool(body.get("stream"), "stream"),
         app=headers.get(APP_HEADER),
+        max_tokens_field="max_new_tokens",
     )
 
 
@@ -178,10 +246,11 @@ def _openai_spec(
     value = body.get("max_tokens")
     if route == "chat" and body.get("max_completion_tokens") is not None:
         field, value = "max_completion_tokens", body["max_completion_tokens"]
-    max_new = _non_negative_int(value, field, default)
+    max_new = _output_tokens(value, field, default, 1)
     n = body.get("n", 1)
-    if n is not None and n != 1:
-        raise bad_request(f"n: only n = 1 is supported, got {n!r}")
+    if n is not None and (not _is_int(n) or n != 1):
+        raise bad_request(f"n: only n = 1 is supported (one choice per request), got {_show(n)}")
+    _check_sampling(body, "", _OPENAI_RANGES)
     options = body.get("stream_options")
     options = {} if options is None else options
     if not isinstance(options, dict):
@@ -189,6 +258,8 @@ def _openai_spec(
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad_request(f"model: expected a string, got {_type_name(model)}")
+    if model is not None:
+        _unicode(model, "model")
     return GenerationSpec(
         route=route,
         rid=_rid(body.get("rid"), "rid"),
@@ -199,6 +270,7 @@ def _openai_spec(
         app=headers.get(APP_HEADER),
         include_usage=_optional_bool(options.get("include_usage"), "stream_options.include_usage"),
         model=model,
+        max_tokens_field=field,
     )
 
 
@@ -207,7 +279,7 @@ def _prompt_from_text(text: object, field: str) -> bytes:
     """The token key of a text prompt (the tokenizer's ids need no checking)."""
     if not isinstance(text, str):
         raise bad_request(f"{field}: expected a string, got {_type_name(text)}")
-    key = token_key(text)
+    key = token_key(_unicode(text, field))
     if not key:
         raise bad_request(f"{field}: the prompt is empty")
     return key
@@ -225,7 +297,7 @@ def _token_ids(value: object, field: str = "input_ids") -> bytes:
         (i, t) for i, t in enumerate(value) if not _is_int(t) or not 0 <= t <= MAX_TOKEN_ID
     )
     raise bad_request(
-        f"{field}[{i}]: expected a token id (an integer in 0..{MAX_TOKEN_ID}), got {token!r}"
+        f"{field}[{i}]: expected a token id (an integer in 0..{MAX_TOKEN_ID}), got {_show(token)}"
     )
 
 
@@ -234,38 +306,86 @@ def _message(message: object, where: str) -> tuple[str, str]:
         raise bad_request(f"{where}: expected an object with 'role' and 'content'")
     role = message.get("role")
     if not isinstance(role, str) or not role:
-        raise bad_request(f"{where}.role: expected a non-empty string, got {role!r}")
+        raise bad_request(f"{where}.role: expected a non-empty string, got {_show(role)}")
+    _unicode(role, f"{where}.role")
     content = message.get("content")
     if content is None:
         return role, ""
     if isinstance(content, str):
-        return role, content
+        return role, _unicode(content, f"{where}.content")
     if isinstance(content, list):
         texts = []
         for j, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
                 raise bad_request(f"{where}.content[{j}]: expected a text part {{'text': ...}}")
-            texts.append(part.get("text", ""))
+            texts.append(_unicode(part.get("text", ""), f"{where}.content[{j}].text"))
         return role, "".join(texts)
     raise bad_request(
         f"{where}.content: expected a string or a list of text parts, got {_type_name(content)}"
     )
 
 
-def _non_negative_int(value: object, field: str, default: int) -> int:
+def _output_tokens(value: object, field: str, default: int, least: int) -> int:
+    """An output length: an integer from ``least`` to :data:`MAX_OUTPUT_TOKENS`."""
     if value is None:
         return default
-    if not _is_int(value) or value < 0:
-        raise bad_request(f"{field}: expected a non-negative integer, got {value!r}")
+    if not _is_int(value) or not least <= value <= MAX_OUTPUT_TOKENS:
+        kind = "a positive integer" if least == 1 else "a non-negative integer"
+        raise bad_request(
+            f"{field}: expected {kind}, got {_show(value)} (the most is {MAX_OUTPUT_TOKENS})"
+        )
     return value
+
+
+_Range = tuple[float, float, bool]
+"""(lowest, highest, whether the lowest itself is excluded)."""
+_OPENAI_RANGES: dict[str, _Range] = {
+    "temperature": (0.0, 2.0, False),
+    "top_p": (0.0, 1.0, True),
+    "presence_penalty": (-2.0, 2.0, False),
+    "frequency_penalty": (-2.0, 2.0, False),
+}
+_NATIVE_RANGES: dict[str, _Range] = {**_OPENAI_RANGES, "temperature": (0.0, math.inf, False)}
+"""SGLang's own checks: a temperature above 2 is allowed there."""
+
+
+def _check_sampling(fields: Mapping[str, Any], prefix: str, ranges: dict[str, _Range]) -> None:
+    """Sampling fields the simulation ignores must still be numbers in their ranges."""
+    for name, (low, high, open_low) in ranges.items():
+        value = fields.get(name)
+        if value is None:
+            continue
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if (
+            number is None
+            or not (low < number if open_low else low <= number)
+            or not (number <= high and math.isfinite(number))
+        ):
+            bounds = f"{'(' if open_low else '['}{low:g}, {high:g}{']' if high < math.inf else ')'}"
+            raise bad_request(f"{prefix}{name}: expected a number in {bounds}, got {_show(value)}")
 
 
 def _optional_bool(value: object, field: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise bad_request(f"{field}: expected true or false, got {value!r}")
+        raise bad_request(f"{field}: expected true or false, got {_show(value)}")
     return value
+
+
+def _unicode(text: str, field: str) -> str:
+    """``text`` if it is valid Unicode: JSON's ``\\ud800`` escapes give lone surrogates,
+    which no UTF-8 encoder (the tokenizer's hash, a log, a header) accepts."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        raise bad_request(
+            f"{field}: not valid Unicode: a lone surrogate (U+{code:04X}) at character {exc.start}"
+        ) from None
+    return text
 
 
 _RID_PREFIX = uuid.uuid4().hex[:16]
@@ -277,9 +397,12 @@ def _rid(value: object, field: str) -> str:
     (``uuid4`` per request costs a system call on the router's hot path)."""
     if value is None:
         return f"{_RID_PREFIX}{next(_rid_counter):016x}"  # 32 hex digits, like uuid4().hex
-    if not isinstance(value, str) or not value:
-        raise bad_request(f"{field}: expected a non-empty string, got {value!r}")
-    return value
+    if not isinstance(value, str) or not value or len(value) > MAX_RID_CHARS:
+        raise bad_request(
+            f"{field}: expected a non-empty string of at most {MAX_RID_CHARS} characters,"
+            f" got {_show(value)}"
+        )
+    return _unicode(value, field)
 
 
 def _client(value: object, field: str, headers: Mapping[str, str], user: object) -> str:
@@ -287,10 +410,10 @@ def _client(value: object, field: str, headers: Mapping[str, str], user: object)
     for candidate, where in ((value, field), (headers.get(CLIENT_HEADER), CLIENT_HEADER)):
         if candidate is not None:
             if not isinstance(candidate, str) or not candidate:
-                raise bad_request(f"{where}: expected a non-empty string, got {candidate!r}")
-            return candidate
+                raise bad_request(f"{where}: expected a non-empty string, got {_show(candidate)}")
+            return _unicode(candidate, where)
     if isinstance(user, str) and user:
-        return user
+        return _unicode(user, "user")
     if user is not None and not isinstance(user, str):
         raise bad_request(f"user: expected a string, got {_type_name(user)}")
     return ANONYMOUS_CLIENT
@@ -306,6 +429,20 @@ def _is_nested(values: list[Any]) -> bool:
 
 def _is_nested_or_text(values: list[Any]) -> bool:
     return any(isinstance(v, list | str) for v in values)
+
+
+def _show(value: object) -> str:
+    """A short rendering of a client's value for an error message: a huge value is not
+    echoed (``repr`` of an integer over 4,300 digits even raises), containers are named."""
+    if isinstance(value, dict | list):
+        return _type_name(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return "an integer too large"
+    return _excerpt(repr(value))
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _type_name(value: object) -> str:
