@@ -25,9 +25,9 @@ FORBIDDEN = frozenset(
 
 HEADLESS_IMPORTS = """
 import importlib, json, pkgutil, sys
-import fairserve.core, fairserve.sched, fairserve.workloads, fairserve.sim
+import fairserve.api, fairserve.core, fairserve.sched, fairserve.workloads, fairserve.sim
 names = []
-for package in (fairserve.core, fairserve.sched, fairserve.workloads, fairserve.sim):
+for package in (fairserve.api, fairserve.core, fairserve.sched, fairserve.workloads, fairserve.sim):
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         importlib.import_module(info.name)
         names.append(info.name)
@@ -92,6 +92,7 @@ def test_headless_packages_load_no_ui_network_or_gpu_library() -> None:
     report = json.loads(result.stdout)
     assert "fairserve.sched.registry" in report["imported"]
     assert "fairserve.core.types" in report["imported"]
+    assert "fairserve.api.worker_extension" in report["imported"]
     loaded = report["loaded"]
     offenders = [m for m in loaded if m.split(".")[0] in FORBIDDEN]
     assert not offenders, f"headless packages loaded {offenders}"
