@@ -4,6 +4,7 @@ going away mid-run and coming back."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -121,5 +122,44 @@ def test_router_stopped_mid_run_shows_a_banner_then_recovers() -> None:
                         await second.stop(drain_timeout_s=0.5)
             finally:
                 await first.stop(drain_timeout_s=0.5)
+
+    run(body())
+
+
+def test_long_generations_show_on_screen_while_they_decode() -> None:
+    """Service, tokens/s and load are credited as tokens stream, so the dashboard shows 8
+    long generations before any of them ends."""
+
+    async def stream(session: aiohttp.ClientSession, client: str) -> None:
+        body = chat(f"a long story for {client}", stream=True, max_tokens=4000)
+        headers = {"X-Fairserve-Client": client}
+        async with session.post("/v1/chat/completions", json=body, headers=headers) as resp:
+            async for _ in resp.content.iter_any():
+                pass
+
+    async def body() -> None:
+        async with (
+            sim_router(2, worker={"speed": 4.0}, admin_token=TOKEN) as (server, session, _),
+            dashboard(server.url) as (app, pilot),
+        ):
+            tasks = [asyncio.create_task(stream(session, f"team-{i % 4}")) for i in range(8)]
+            try:
+
+                def decoding() -> bool:
+                    frame = app.frame
+                    if frame is None or len(frame.snapshot.clients) != 4:
+                        return False
+                    s = frame.snapshot
+                    return s.throughput.tokens_per_s > 0 and (frame.load_fraction or 0) > 0
+
+                await until(pilot, decoding, timeout_s=20.0)
+                assert app.frame is not None
+                assert all(c.finished == 0 for c in app.frame.snapshot.clients)
+                header = str(app.query_one(HeaderPanel).render())
+                assert "tok/s 0 " not in header and "wtd/1m00s" in header and " su/1m00s" in header
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     run(body())

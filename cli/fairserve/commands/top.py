@@ -21,6 +21,12 @@ def _positive(value: float) -> float:
     return value
 
 
+def _window(value: float) -> float:
+    if not 0 < value <= 600:
+        raise typer.BadParameter(f"expected seconds within (0, 600], got {value:g}")
+    return value
+
+
 def top(
     url: Annotated[
         str | None,
@@ -38,6 +44,15 @@ def top(
         float,
         typer.Option("--interval", metavar="S", help="Seconds between polls.", callback=_positive),
     ] = 1.0,
+    window: Annotated[
+        float,
+        typer.Option(
+            "--window",
+            metavar="S",
+            help="Seconds of traffic Jain's index and the service gap cover (at most 600).",
+            callback=_window,
+        ),
+    ] = 60.0,
 ) -> None:
     """Live dashboard of clients, deficits, workers and cache hit rates.
 
@@ -67,5 +82,6 @@ def top(
         router_token,
         timeout_s=max(1.0, min(5.0, interval * 2)),
         gpu_reader=nvml_reader(),
+        window_s=window,
     )
     TopApp(source, interval_s=interval).run()

@@ -1,27 +1,35 @@
 """Per-client and per-worker bookkeeping: what each client got, how fast, how long it waited.
 
-Service is counted as the client sees it (DESIGN §7), ``w_e·prompt + w_q·output``: an
-*estimate* when a request is dispatched (prompt from the router's tokenizer, the requested
-maximum output), *corrected* with the worker's ``usage`` when it ends. Latency and TTFT
-percentiles come from a bounded window of recent requests; the Jain index is computed from
-periodic samples of cumulative service exactly as the simulator's report does it (weighted
-service rates inside the window where every client is active).
+Service is counted as the client sees it (DESIGN §7), ``w_e·prompt + w_q·output``, and
+credited **as it is delivered**: a streamed request's prompt tokens when its first token
+arrives, its output tokens as they stream (:meth:`Accounting.delivered`); the worker's final
+``usage`` then corrects the estimate (:meth:`Accounting.finished`). So service, tokens/s and
+load rise while long generations decode, not only when they end. A non-streamed answer is
+credited when it arrives (the router sees nothing of it before).
+
+Fairness figures (Jain's index, the service gap, rates) come from the sliding-window
+:class:`~fairserve.core.ledger.ServiceLedger`, never from the whole uptime. Latency and TTFT
+percentiles come from a bounded window of recent requests. The number of clients tracked is
+bounded (``max_clients``): beyond it, the least recently seen idle client is forgotten.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from fairserve.core.metrics import ServiceSample, jain_index, max_service_gap, percentile, sample_at
+from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowView
+from fairserve.core.metrics import percentile
 
 RECENT_REQUESTS = 2048
 """Latency/TTFT samples kept per client for percentiles."""
 RATE_WINDOW_S = 60.0
-MAX_SAMPLES = 7200
+DEFAULT_MAX_CLIENTS = 10_000
+"""Clients tracked at once; past it the least recently seen idle one is forgotten."""
 
 
 @dataclass(slots=True)
@@ -43,8 +51,8 @@ class ClientStats:
     last_s: float | None = None
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     ttfts_s: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
-    recent: deque[tuple[float, float, int]] = field(default_factory=deque)
-    """(finish time, service, tokens) of requests finished in the rate window."""
+    recent: deque[list[float]] = field(default_factory=deque)
+    """[second, service, tokens, requests finished] per wall-clock second in the rate window."""
 
     @property
     def queue_depth(self) -> int:
@@ -76,21 +84,53 @@ class Usage(NamedTuple):
     completion_tokens: int
 
 
+NO_USAGE = Usage(0, 0, 0)
+"""Nothing credited yet."""
+
+
 class Accounting:
     """All counters of one router; the state endpoint and the metrics read them."""
 
-    def __init__(self, weights: Mapping[str, float], w_e: float = 1.0, w_q: float = 2.0) -> None:
+    def __init__(
+        self,
+        weights: Mapping[str, float],
+        w_e: float = 1.0,
+        w_q: float = 2.0,
+        max_clients: int = DEFAULT_MAX_CLIENTS,
+    ) -> None:
         self.weights = dict(weights)
         self.w_e, self.w_q = w_e, w_q
+        self.max_clients = max_clients
         self.clients: dict[str, ClientStats] = {}
         self.workers: dict[str, WorkerStats] = {}
-        self.samples: deque[ServiceSample] = deque(maxlen=MAX_SAMPLES)
+        self.ledger = ServiceLedger()
+        self.forgotten = 0
+        """Idle clients dropped to stay within ``max_clients``."""
 
-    def client(self, name: str) -> ClientStats:
+    def client(self, name: str, now_s: float | None = None) -> ClientStats:
         stats = self.clients.get(name)
         if stats is None:
+            if len(self.clients) >= self.max_clients:
+                self._forget_one()
             stats = self.clients[name] = ClientStats(weight=self.weights.get(name, 1.0))
+            self.ledger.add_client(name, stats.weight, time.monotonic() if now_s is None else now_s)
         return stats
+
+    def _forget_one(self) -> None:
+        """Drop the least recently seen idle client (none idle: track one more)."""
+        idle = [(s.last_s or 0.0, n) for n, s in self.clients.items() if s.in_flight == 0]
+        if not idle:
+            return
+        _, name = min(idle)
+        del self.clients[name]
+        self.ledger.forget(name)
+        self.forgotten += 1
+
+    def set_weight(self, name: str, weight: float) -> None:
+        self.weights[name] = weight
+        if name in self.clients:
+            self.clients[name].weight = weight
+        self.ledger.set_weight(name, weight)
 
     def worker(self, worker: str) -> WorkerStats:
         stats = self.workers.get(worker)
@@ -103,20 +143,34 @@ class Accounting:
 
     # ------------------------------------------------------------------ events
     def arrived(self, client: str, estimate: float, now_s: float) -> ClientStats:
-        stats = self.client(client)
+        stats = self.client(client, now_s)
         stats.requests += 1
         stats.in_flight += 1
         stats.pending_service += estimate
         if stats.first_s is None:
             stats.first_s = now_s
         stats.last_s = now_s
+        self.ledger.busy(client, now_s)
         return stats
 
     def rejected(self, client: str) -> None:
         self.client(client).rejected += 1
 
+    def delivered(
+        self, client: str, worker: str, prompt_tokens: int, output_tokens: int, now_s: float
+    ) -> None:
+        """Tokens that reached the client just now (live credit, corrected at the end)."""
+        stats = self.client(client, now_s)
+        stats.prompt_tokens += prompt_tokens
+        stats.output_tokens += output_tokens
+        w = self.worker(worker)
+        w.prompt_tokens += prompt_tokens
+        w.output_tokens += output_tokens
+        self._credit(client, stats, prompt_tokens, output_tokens, now_s)
+
     def ended(self, client: str, estimate: float, outcome: str) -> None:
-        """A request left without a usage report (``failed``, ``aborted``, ``rejected``)."""
+        """A request left without a usage report (``failed``, ``aborted``, ``rejected``);
+        what it delivered before stays credited."""
         stats = self.client(client)
         stats.in_flight -= 1
         stats.pending_service = max(0.0, stats.pending_service - estimate)
@@ -126,6 +180,7 @@ class Accounting:
             stats.rejected += 1
         else:
             stats.failed += 1
+        self.ledger.idle(client, time.monotonic())
 
     def finished(
         self,
@@ -136,81 +191,82 @@ class Accounting:
         latency_s: float,
         ttft_s: float | None,
         now_s: float,
+        credited: Usage = NO_USAGE,
     ) -> float:
-        """Record a finished request; returns its service."""
-        service = self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
-        stats = self.client(client)
+        """Record a finished request whose delivery already credited ``credited``; returns
+        its whole service (the final usage replaces the live estimate)."""
+        prompt = usage.prompt_tokens - credited.prompt_tokens
+        output = usage.completion_tokens - credited.completion_tokens
+        stats = self.client(client, now_s)
         stats.in_flight -= 1
         stats.finished += 1
         stats.pending_service = max(0.0, stats.pending_service - estimate)
-        stats.prompt_tokens += usage.prompt_tokens
+        stats.prompt_tokens += prompt
         stats.cached_tokens += usage.cached_tokens
-        stats.output_tokens += usage.completion_tokens
-        stats.service += service
+        stats.output_tokens += output
         stats.latencies_s.append(latency_s)
         if ttft_s is not None:
             stats.ttfts_s.append(ttft_s)
-        stats.recent.append((now_s, service, usage.prompt_tokens + usage.completion_tokens))
+        self._credit(client, stats, prompt, output, now_s, finished=1)
         w = self.worker(worker)
         w.finished += 1
-        w.prompt_tokens += usage.prompt_tokens
+        w.prompt_tokens += prompt
         w.cached_tokens += usage.cached_tokens
-        w.output_tokens += usage.completion_tokens
-        return service
+        w.output_tokens += output
+        self.ledger.idle(client, now_s)
+        return self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
 
-    # ------------------------------------------------------------------ samples
-    def sample(self, now_s: float) -> ServiceSample:
-        """Cumulative service now; clients with requests inside the router are backlogged."""
-        sample = ServiceSample(
-            now_s,
-            {c: s.service for c, s in self.clients.items()},
-            frozenset(c for c, s in self.clients.items() if s.in_flight > 0),
-        )
-        self.samples.append(sample)
-        return sample
+    def _credit(
+        self,
+        client: str,
+        stats: ClientStats,
+        prompt: int,
+        output: int,
+        now_s: float,
+        finished: int = 0,
+    ) -> None:
+        service = self.w_e * prompt + self.w_q * output
+        if service != 0:
+            stats.service += service
+            self.ledger.credit(client, service, now_s)
+        second = float(math.floor(now_s))
+        recent = stats.recent
+        if recent and recent[-1][0] == second:
+            bucket = recent[-1]
+            bucket[1] += service
+            bucket[2] += prompt + output
+            bucket[3] += finished
+        elif service != 0 or finished:
+            recent.append([second, service, prompt + output, finished])
 
-    def jain_index(self, now_s: float) -> tuple[float, tuple[float, float] | None]:
-        """Jain's index over weighted service rates where every client is active (like the
-        simulator's report), and that window."""
+    # ------------------------------------------------------------------ windows
+    def sample(self, now_s: float) -> None:
+        """Who is backlogged now (the router calls it every ``sample_interval_s``)."""
+        self.ledger.sample(now_s)
+
+    def window(self, now_s: float, window_s: float = DEFAULT_WINDOW_S) -> WindowView:
+        return self.ledger.window(window_s, now_s)
+
+    def jain_index(
+        self, now_s: float, window_s: float = DEFAULT_WINDOW_S
+    ) -> tuple[float, tuple[float, float] | None]:
+        """Jain's index over weighted service rates in the window (each client over its own
+        active span in it), and the span judged."""
         if not self.clients:
             return 1.0, None
-        samples = [*self.samples, self._current(now_s)]
-        window = self._active_window(samples[0].t_s, now_s)
-        start, end = sample_at(samples, window[0]), sample_at(samples, window[1])
-        rates = [
-            (end.cumulative.get(c, 0.0) - start.cumulative.get(c, 0.0)) / s.weight
-            for c, s in self.clients.items()
-        ]
-        return jain_index(max(0.0, r) for r in rates), window
+        view = self.window(now_s, window_s)
+        return view.jain_index, (view.start_s, view.end_s)
 
-    def max_service_gap(self, now_s: float) -> float:
-        return max_service_gap([*self.samples, self._current(now_s)]).value
-
-    def _current(self, now_s: float) -> ServiceSample:
-        return ServiceSample(
-            now_s,
-            {c: s.service for c, s in self.clients.items()},
-            frozenset(c for c, s in self.clients.items() if s.in_flight > 0),
-        )
-
-    def _active_window(self, begin_s: float, now_s: float) -> tuple[float, float]:
-        """After the last client's first request and before the first client's last one
-        (the simulator's window); the whole history when that is too short."""
-        firsts = [s.first_s for s in self.clients.values() if s.first_s is not None]
-        lasts = [s.last_s for s in self.clients.values() if s.last_s is not None]
-        if not firsts or not lasts:
-            return (begin_s, now_s)
-        start, end = max(firsts), min(min(lasts), now_s)
-        if end - start <= (now_s - begin_s) * 0.05:
-            return (begin_s, now_s)
-        return (start, end)
+    def max_service_gap(self, now_s: float, window_s: float = DEFAULT_WINDOW_S) -> float:
+        """Largest weighted service gap between continuously backlogged clients in the window."""
+        return self.window(now_s, window_s).service_gap.value
 
     # ------------------------------------------------------------------ views
     def client_view(self, name: str, now_s: float) -> dict[str, Any]:
         s = self.clients[name]
         while s.recent and s.recent[0][0] < now_s - RATE_WINDOW_S:
             s.recent.popleft()
-        span_s = min(RATE_WINDOW_S, max(1e-9, now_s - (s.first_s or now_s)))
+        span_s = min(RATE_WINDOW_S, max(1.0, now_s - (s.first_s or now_s)))
         return {
             "weight": s.weight,
             "requests": s.requests,
@@ -227,7 +283,7 @@ class Accounting:
             "service": s.service,
             "pending_service": s.pending_service,
             "service_rate": sum(r[1] for r in s.recent) / span_s,
-            "requests_per_s": len(s.recent) / span_s,
+            "requests_per_s": sum(r[3] for r in s.recent) / span_s,
             "tokens_per_s": sum(r[2] for r in s.recent) / span_s,
             "latency_p50_s": _pct(s.latencies_s, 50),
             "latency_p99_s": _pct(s.latencies_s, 99),

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from fairserve.api.auth import require_admin
 from fairserve.core.errors import ConfigError
+from fairserve.core.ledger import DEFAULT_WINDOW_S, MAX_WINDOW_S
 from fairserve.core.openai_api import (
     ApiError,
     GenerationSpec,
@@ -37,7 +38,13 @@ from fairserve.router import proxy
 from fairserve.router.identity import application, identify, upstream_rid
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
-from fairserve.router.state import json_safe, quantum_view, snapshot, weights_view
+from fairserve.router.state import (
+    DEFAULT_CLIENT_LIMIT,
+    json_safe,
+    quantum_view,
+    snapshot,
+    weights_view,
+)
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
 URL: web.AppKey[list[str]] = web.AppKey("url", list)
@@ -210,7 +217,26 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def state(request: web.Request) -> web.Response:
-    return json_response(snapshot(request.app[ROUTER], request.app[URL][0]))
+    """``?window_s=`` (fairness window, default 60) and ``?limit=`` (clients listed)."""
+    window_s = _query_number(request, "window_s", DEFAULT_WINDOW_S, 0.0, MAX_WINDOW_S)
+    limit = int(_query_number(request, "limit", DEFAULT_CLIENT_LIMIT, 0.0, 100_000.0))
+    return json_response(snapshot(request.app[ROUTER], request.app[URL][0], window_s, limit))
+
+
+def _query_number(
+    request: web.Request, name: str, default: float, low: float, high: float
+) -> float:
+    """A number from the query string within ``(low, high]``; 400 naming it otherwise."""
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (low < value <= high):
+        raise bad_request(f"{name} must be a number within ({low:g}, {high:g}], got {raw!r}")
+    return value
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -75,6 +75,10 @@ class Call:
     posted: bool = False
     """The current attempt's request may have reached its worker."""
     ended: bool = False
+    credited_prompt: int = 0
+    """Prompt tokens already credited to the client live (at the first streamed token)."""
+    credited_output: int = 0
+    """Output tokens already credited live (one per streamed event)."""
 
 
 async def forward(router: Router, call: Call, request: web.Request) -> web.StreamResponse:
@@ -226,8 +230,10 @@ async def _relay_stream(router: Router, call: Call, resp: Response, out: Respond
     try:
         while chunk := await resp.read_some():
             data = relay.feed(chunk)
-            if ttft_s is None and relay.state.first_token:
-                ttft_s = time.monotonic() - call.start_s
+            if relay.state.first_token:
+                if ttft_s is None:
+                    ttft_s = time.monotonic() - call.start_s
+                _credit_progress(router, call, relay.state.chunks)
             if not data:
                 continue
             if not call.sent:
@@ -257,6 +263,19 @@ async def _open_stream(out: Responder, call: Call) -> None:
     await out.open_stream()
 
 
+def _credit_progress(router: Router, call: Call, events: int) -> None:
+    """Credit what reached the client so far: the prompt once, at the first token, then
+    one output token per streamed event (the final usage corrects both)."""
+    prompt = 0 if call.credited_prompt else call.req.input_tokens
+    output = events - call.credited_output
+    if prompt or output > 0:
+        router.accounting.delivered(
+            call.client, call.tried[-1], prompt, max(0, output), time.monotonic()
+        )
+        call.credited_prompt += prompt
+        call.credited_output += max(0, output)
+
+
 # ------------------------------------------------------------------ endings
 def _finish(
     router: Router, call: Call, usage: Usage, latency_s: float, ttft_s: float | None
@@ -268,8 +287,9 @@ def _finish(
     call.ended = True
     worker = call.tried[-1]
     now = time.monotonic()
+    credited = Usage(call.credited_prompt, 0, call.credited_output)
     service = router.accounting.finished(
-        call.client, worker, call.estimate, usage, latency_s, ttft_s, now
+        call.client, worker, call.estimate, usage, latency_s, ttft_s, now, credited
     )
     router.metrics.finished(call.client, service, usage, latency_s, ttft_s)
     if router.trace is not None:

@@ -339,10 +339,7 @@ class Router:
                 queues += 1
         self.weights[client] = weight
         self.live_weights[client] = weight
-        self.accounting.weights[client] = weight
-        stats = self.accounting.clients.get(client)  # never create a client without traffic
-        if stats is not None:
-            stats.weight = weight
+        self.accounting.set_weight(client, weight)  # never creates a client without traffic
         targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
         pushes = await asyncio.gather(*(self._forward_weight(up, client, weight) for up in targets))
         return {

@@ -1,7 +1,9 @@
 """``GET /fairserve/v1/state``: one JSON snapshot of the router for dashboards and scripts.
 
 Keys: ``router`` (address, uptime, draining, dispatch, policy), ``quantum`` (Q^w, the
-effective Q^u and where it comes from), ``jain_index`` (+ its window), ``max_service_gap``,
+effective Q^u and where it comes from), ``fairness`` (Jain's index and the weighted service
+gap over the last ``window_s`` seconds, with their unit and span; ``jain_index``,
+``jain_window_s`` and ``max_service_gap`` repeat them), ``clients_total``/``clients_shown``,
 ``max_request_cost`` (the ``U`` of the service-gap bound, as seen), ``throughput``,
 ``clients.<name>`` (weight, requests and outcomes, queue depth, tokens, service and rates,
 latency and TTFT percentiles, DoubleQ deficits per worker), ``workers[i]`` (url, health,
@@ -11,11 +13,14 @@ queue), and the raw ``dispatcher`` snapshot.
 
 from __future__ import annotations
 
+import heapq
 import time
 from typing import TYPE_CHECKING, Any
 
 import fairserve
 from fairserve.api.jsonsafe import json_safe as json_safe  # the one rule; handlers import it here
+from fairserve.core.ledger import DEFAULT_WINDOW_S, WindowView
+from fairserve.router.identity import auth_mode
 from fairserve.router.upstream import Upstream
 from fairserve.sched.local.base import local_policy_class
 from fairserve.sched.registry import load_all
@@ -24,17 +29,33 @@ if TYPE_CHECKING:
     from fairserve.router.service import Router
 
 
-def snapshot(router: Router, url: str | None = None) -> dict[str, Any]:
+DEFAULT_CLIENT_LIMIT = 1000
+"""Clients listed in one state read (the busiest first); ``limit`` asks for more or fewer."""
+SERVICE_UNIT = "service units: w_e·prompt + w_q·output tokens, divided by the client's weight"
+
+
+def snapshot(
+    router: Router,
+    url: str | None = None,
+    window_s: float = DEFAULT_WINDOW_S,
+    limit: int = DEFAULT_CLIENT_LIMIT,
+) -> dict[str, Any]:
+    """The state document; fairness over the last ``window_s`` seconds, at most ``limit``
+    clients (those with requests inside the router first, then by service)."""
     now = time.monotonic()
     acc = router.accounting
     dispatch = router.dispatcher.snapshot()
     deficits = {
         name: view.get("deficits", {}) for name, view in dispatch.get("clients", {}).items()
     }
+    shown = heapq.nlargest(
+        limit, acc.clients, key=lambda n: (acc.clients[n].in_flight, acc.clients[n].service, n)
+    )
     clients = {}
-    for name in sorted(acc.clients):
+    for name in sorted(shown):
         clients[name] = {**acc.client_view(name, now), "deficits": deficits.get(name, {})}
-    jain, window = acc.jain_index(now)
+    view = acc.window(now, window_s) if acc.clients else None
+    window = None if view is None else (view.start_s, view.end_s)
     return {
         "router": {
             "url": url,
@@ -45,18 +66,39 @@ def snapshot(router: Router, url: str | None = None) -> dict[str, Any]:
             "dispatch": router.config.dispatch,
             "policy": router.config.policy,
             "router_queue": router.config.router_queue,
+            "auth_mode": auth_mode(router.config.clients, router.config.trust_identity_header),
         },
         "quantum": quantum_view(router),
-        "jain_index": jain,
+        "fairness": _fairness(router, view, window_s),
+        "jain_index": 1.0 if view is None else view.jain_index,
         "jain_window_s": None if window is None else [window[0] - router.started_s,
                                                       window[1] - router.started_s],
-        "max_service_gap": acc.max_service_gap(now),
+        "max_service_gap": 0.0 if view is None else view.service_gap.value,
         "max_request_cost": router.max_request_cost,
         "throughput": _throughput(clients),
+        "clients_total": len(acc.clients),
+        "clients_shown": len(clients),
         "clients": clients,
         "workers": [_worker(router, up, dispatch) for up in router.upstreams.values()],
         "dispatcher": dispatch,
     }  # fmt: skip
+
+
+def _fairness(router: Router, view: WindowView | None, window_s: float) -> dict[str, Any]:
+    """Jain's index and the service gap with what they cover, so no figure goes unlabelled."""
+    gap = None if view is None else view.service_gap
+    return {
+        "window_s": window_s,
+        "weighted": True,
+        "span_s": None if view is None else view.end_s - view.start_s,
+        "clients_judged": 0 if view is None else len(view.rates),
+        "jain_index": 1.0 if view is None else view.jain_index,
+        "service_gap": 0.0 if gap is None else gap.value,
+        "service_gap_clients": None if gap is None or gap.clients is None else list(gap.clients),
+        "service_gap_considered": 0 if view is None else view.gap_clients,
+        "unit": SERVICE_UNIT,
+        "live": "streamed requests are credited as tokens arrive; others when they end",
+    }
 
 
 def quantum_view(router: Router) -> dict[str, Any]:

@@ -35,9 +35,14 @@ HELP_TEXT = """\
   GPU       the local GPU it runs on (n/a: none seen by NVML here)
 
 [b]Header[/b]
-  Jain      fairness of weighted service rates (1 = equal), its window
+  Jain      Jain's index of weighted ("wtd": divided by weight) service
+            rates over the last window (top --window); each client is
+            judged over its own active time in the window (1 = equal)
   load      tokens computed per second over the workers' capacity
-  gap       largest service gap between backlogged clients so far
+  gap       largest weighted service gap between continuously backlogged
+            clients in the window, in service units ("su": w_e·input +
+            w_q·output tokens, divided by the client's weight)
+  live      streamed requests count as their tokens arrive, not at the end
 """
 
 

@@ -181,6 +181,8 @@ class Snapshot:
     jain_index: float | None = None
     jain_window_s: tuple[float, float] | None = None
     max_service_gap: float | None = None
+    fairness_window_s: float | None = None
+    """The window Jain's index and the gap cover (None: an older router, whole uptime)."""
     throughput: Throughput = field(default_factory=Throughput)
     clients: tuple[ClientView, ...] = ()
     workers: tuple[WorkerView, ...] = ()

@@ -79,6 +79,7 @@ def parse_state(data: object, url: str = "") -> Snapshot:
         jain_index=as_float(state.get("jain_index")),
         jain_window_s=None if start is None or end is None else (start, end),
         max_service_gap=as_float(state.get("max_service_gap")),
+        fairness_window_s=as_float(as_dict(state.get("fairness")).get("window_s")),
         throughput=Throughput(
             _num(throughput, "tokens_per_s"),
             _num(throughput, "service_per_s"),

@@ -97,8 +97,10 @@ class HttpStateSource:
         timeout_s: float = 2.0,
         gpu_reader: GpuReader | None = None,
         probe_workers: bool = True,
+        window_s: float = 60.0,
     ) -> None:
         self._url = url.rstrip("/")
+        self.window_s = window_s
         self.token = token
         self.timeout_s = timeout_s
         self.gpu_reader = gpu_reader
@@ -131,7 +133,8 @@ class HttpStateSource:
     async def fetch(self) -> Snapshot:
         self._polls += 1
         try:
-            async with self._client().get(self._url + STATE_PATH) as resp:
+            query = {"window_s": f"{self.window_s:g}"}
+            async with self._client().get(self._url + STATE_PATH, params=query) as resp:
                 text = await resp.text()
                 if resp.status != 200:
                     hint = " (is this a fairserve router?)" if resp.status == 404 else ""

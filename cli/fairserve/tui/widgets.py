@@ -12,6 +12,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from fairserve.tui import format as fmt
 from fairserve.tui.history import ClientSeries, Frame
+from fairserve.tui.model import Snapshot
 from fairserve.tui.views import (
     CLIENT_COLUMNS,
     WORKER_COLUMNS,
@@ -65,20 +66,34 @@ def header_text(frame: Frame | None, url: str) -> Text:
     capacity = frame.capacity_tokens_per_s
     load_text = f"{fmt.pct(load)} of {fmt.si(capacity)}" if capacity else fmt.NA
     _part(second, "load", load_text, "bold red" if load is not None and load > 0.9 else "bold")
-    _part(second, "gap", fmt.si(s.max_service_gap))
+    _part(second, "gap", _gap(frame))
     text.append("\n")
     text.append_text(second)
     return text
 
 
 def _jain(frame: Frame) -> str:
+    """Weighted Jain's index and the window it covers ("wtd": service divided by weight)."""
     s = frame.snapshot
     if s.jain_index is None:
         return fmt.NA
-    if s.jain_window_s is None:
-        return f"{s.jain_index:.2f}"
-    span_s = s.jain_window_s[1] - s.jain_window_s[0]
-    return f"{s.jain_index:.2f}/{fmt.duration(span_s)}"
+    return f"{s.jain_index:.2f} wtd{_window(s)}"
+
+
+def _gap(frame: Frame) -> str:
+    """The weighted service gap in service units ("su") and the window it covers."""
+    s = frame.snapshot
+    if s.max_service_gap is None:
+        return fmt.NA
+    return f"{fmt.si(s.max_service_gap)} su{_window(s)}"
+
+
+def _window(s: Snapshot) -> str:
+    if s.fairness_window_s is not None:
+        return f"/{fmt.duration(s.fairness_window_s)}"
+    if s.jain_window_s is not None:
+        return f"/{fmt.duration(s.jain_window_s[1] - s.jain_window_s[0])}"
+    return ""
 
 
 class Banner(Static):

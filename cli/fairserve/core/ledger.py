@@ -1,0 +1,218 @@
+"""A sliding-window service ledger: what each client got, while it was competing, lately.
+
+Why a window: a fairness index over a router's whole uptime barely moves after a change and
+collapses when new clients appear (their service over the whole history is tiny), so an
+operator reads "0.36" while the service is in fact equal. Every figure here covers the last
+``window_s`` seconds only, and each client's rate is taken over *its own* active span inside
+the window (from the first moment it had work in the router, or the window's start if it
+already had), so a client that joined ten seconds ago is judged on those ten seconds.
+
+Why bounded: client names come from requests. The ledger keeps, per client, only the points
+where its cumulative service changed inside the longest window it can be asked about, and
+the periodic samples hold the cumulative service of *backlogged* clients only (what the
+service-gap definition needs). Nothing grows with uptime.
+
+Service is credited as it is delivered (:meth:`ServiceLedger.credit`), by whoever hosts the
+ledger (the router credits prompt tokens at the first streamed token and output tokens as
+they stream, then corrects with the worker's final ``usage``).
+
+Pure: standard library only, every time passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fairserve.core.errors import ConfigError
+from fairserve.core.metrics import ServiceGap, ServiceSample, jain_index, max_service_gap
+
+DEFAULT_WINDOW_S = 60.0
+MAX_WINDOW_S = 600.0
+"""The longest window a reader may ask for; history older than this is dropped."""
+MIN_ACTIVE_S = 5.0
+"""A client is judged once it has been active this long in the window (or half as long as
+the longest-active client, when the window is younger than that)."""
+GAP_MAX_CLIENTS = 64
+"""The pairwise gap is computed over at most this many backlogged clients (the most and the
+least served in the window), so one read stays a few milliseconds whatever the fleet."""
+
+
+@dataclass(slots=True)
+class _ClientHistory:
+    weight: float
+    cumulative: float = 0.0
+    points: deque[tuple[float, float]] = field(default_factory=deque)
+    """(t_s, cumulative) where the cumulative changed, oldest first."""
+    runs: deque[list[float]] = field(default_factory=deque)
+    """[start_s, end_s] of busy runs (end is +inf while busy), oldest first."""
+    busy: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WindowView:
+    """Fairness over one window: who was judged, on what, and the result."""
+
+    window_s: float
+    start_s: float
+    end_s: float
+    jain_index: float
+    weighted: bool
+    rates: Mapping[str, float]
+    """Weighted service per second over each judged client's active span."""
+    service_gap: ServiceGap
+    gap_clients: int
+    """Backlogged clients the gap was computed over (capped at ``GAP_MAX_CLIENTS``)."""
+
+
+class ServiceLedger:
+    """Per-client delivered service with bounded, windowed history."""
+
+    def __init__(self, max_window_s: float = MAX_WINDOW_S) -> None:
+        if not (max_window_s > 0 and math.isfinite(max_window_s)):
+            raise ConfigError(f"max_window_s must be a positive number, got {max_window_s}")
+        self.max_window_s = max_window_s
+        self.clients: dict[str, _ClientHistory] = {}
+        self.samples: deque[ServiceSample] = deque()
+
+    # ------------------------------------------------------------------ events
+    def add_client(self, name: str, weight: float, now_s: float) -> None:
+        if name not in self.clients:
+            history = self.clients[name] = _ClientHistory(weight)
+            history.points.append((now_s, 0.0))
+
+    def forget(self, name: str) -> None:
+        """Drop an idle client's history (the host bounds how many it tracks)."""
+        self.clients.pop(name, None)
+
+    def set_weight(self, name: str, weight: float) -> None:
+        if name in self.clients:
+            self.clients[name].weight = weight
+
+    def credit(self, name: str, service: float, now_s: float) -> None:
+        """``service`` delivered to ``name`` at ``now_s`` (negative: a correction)."""
+        history = self.clients[name]
+        history.cumulative += service
+        if history.points and history.points[-1][0] == now_s:
+            history.points[-1] = (now_s, history.cumulative)
+        else:
+            history.points.append((now_s, history.cumulative))
+
+    def busy(self, name: str, now_s: float) -> None:
+        """``name`` has one more request inside the host."""
+        history = self.clients[name]
+        if history.busy == 0:
+            history.runs.append([now_s, math.inf])
+        history.busy += 1
+
+    def idle(self, name: str, now_s: float) -> None:
+        """One of ``name``'s requests left the host."""
+        history = self.clients[name]
+        history.busy = max(0, history.busy - 1)
+        if history.busy == 0 and history.runs:
+            history.runs[-1][1] = now_s
+
+    def sample(self, now_s: float) -> None:
+        """Record who is backlogged now (call periodically) and drop what fell out of reach."""
+        backlogged = {n: h.cumulative for n, h in self.clients.items() if h.busy > 0}
+        self.samples.append(ServiceSample(now_s, backlogged, frozenset(backlogged)))
+        self._prune(now_s - self.max_window_s)
+
+    # ------------------------------------------------------------------ reads
+    def cumulative(self, name: str) -> float:
+        return self.clients[name].cumulative
+
+    def window(self, window_s: float, now_s: float, weighted: bool = True) -> WindowView:
+        """Jain's index and the service gap over ``[now − window_s, now]``."""
+        if not (0 < window_s <= self.max_window_s):
+            raise ConfigError(f"window_s must be within (0, {self.max_window_s:g}], got {window_s}")
+        start_s = now_s - window_s
+        spans = {
+            n: s
+            for n, h in self.clients.items()
+            if (s := _span_start(h, start_s, now_s)) is not None
+        }
+        longest_s = max((now_s - s for s in spans.values()), default=0.0)
+        needed_s = min(MIN_ACTIVE_S, longest_s / 2)
+        rates: dict[str, float] = {}
+        for name, span_start in spans.items():
+            span_s = now_s - span_start
+            if span_s <= 0 or span_s < needed_s:
+                continue
+            history = self.clients[name]
+            delta = history.cumulative - _value_at(history.points, start_s)
+            rates[name] = max(0.0, delta) / span_s / (history.weight if weighted else 1.0)
+        judged_start = min((spans[n] for n in rates), default=start_s)
+        gap, gap_clients = self._gap(start_s, now_s, rates)
+        return WindowView(
+            window_s=window_s,
+            start_s=max(start_s, judged_start),
+            end_s=now_s,
+            jain_index=jain_index(rates.values()),
+            weighted=weighted,
+            rates=rates,
+            service_gap=gap,
+            gap_clients=gap_clients,
+        )
+
+    def _gap(
+        self, start_s: float, now_s: float, rates: Mapping[str, float]
+    ) -> tuple[ServiceGap, int]:
+        inside = [s for s in self.samples if s.t_s >= start_s]
+        backlogged = set().union(*(s.backlogged for s in inside)) if inside else set()
+        keep = _extremes(backlogged, rates, GAP_MAX_CLIENTS)
+        if len(keep) < 2:
+            return ServiceGap(0.0), len(keep)
+        trimmed = [
+            ServiceSample(
+                s.t_s,
+                {c: v / self.clients[c].weight for c, v in s.cumulative.items() if c in keep
+                 and c in self.clients},
+                s.backlogged & keep,
+            )
+            for s in inside
+        ]  # fmt: skip
+        return max_service_gap(trimmed), len(keep)
+
+    def _prune(self, horizon_s: float) -> None:
+        while self.samples and self.samples[0].t_s < horizon_s:
+            self.samples.popleft()
+        for history in self.clients.values():
+            points = history.points
+            while len(points) > 1 and points[1][0] <= horizon_s:
+                points.popleft()
+            runs = history.runs
+            while runs and runs[0][1] < horizon_s:
+                runs.popleft()
+
+
+def _value_at(points: Iterable[tuple[float, float]], t_s: float) -> float:
+    """Cumulative service at ``t_s``: the last point at or before it (0 before the first)."""
+    value = 0.0
+    for point_t, cumulative in points:
+        if point_t > t_s:
+            break
+        value = cumulative
+    return value
+
+
+def _span_start(history: _ClientHistory, start_s: float, now_s: float) -> float | None:
+    """When ``history``'s client became active inside the window, None if it never was."""
+    for run_start, run_end in history.runs:
+        if run_end >= start_s and run_start <= now_s:
+            return max(start_s, run_start)
+    changed = [t for t, _ in history.points if start_s < t <= now_s]
+    if changed and history.cumulative > _value_at(history.points, start_s):
+        return max(start_s, changed[0])
+    return None
+
+
+def _extremes(names: set[str], rates: Mapping[str, float], limit: int) -> frozenset[str]:
+    """At most ``limit`` of ``names``: the most and the least served (by window rate)."""
+    if len(names) <= limit:
+        return frozenset(names)
+    ordered = sorted(names, key=lambda n: (rates.get(n, 0.0), n))
+    half = limit // 2
+    return frozenset(ordered[:half] + ordered[-(limit - half) :])
