@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from fairserve.router.server import bind
+from fairserve.worker import admin
+from fairserve.worker.config import WorkerConfig, build_engine
+from fairserve.worker.runtime import WorkerRuntime
+from fairserve.worker.server import build_app
 from tests.worker.helpers import (
     get_json,
     make_config,
@@ -227,5 +238,87 @@ def test_flush_cache_empties_the_cache_and_logs_a_flush() -> None:
             assert runtime_of(server).engine.pool.used_tokens == 0
             _, page = await get_json(session, "/fairserve/worker/evictions")
             assert page["events"][-1]["tokens"] == []  # empty key: everything was flushed
+
+    run(body())
+
+
+@asynccontextmanager
+async def serving_beyond_loopback(config: WorkerConfig) -> AsyncIterator[aiohttp.ClientSession]:
+    """A worker told that it listens on ``0.0.0.0`` (the admin rule's input) whose socket
+    stays on 127.0.0.1: the tests never listen beyond loopback."""
+    runtime = WorkerRuntime(config, build_engine)
+    runtime.start()
+    app = build_app(runtime)
+    app[admin.LISTEN_HOST] = "0.0.0.0"
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = bind("127.0.0.1", 0, role="worker")
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    await web.SockSite(runner, sock).start()
+    try:
+        async with aiohttp.ClientSession(
+            base_url=url, timeout=aiohttp.ClientTimeout(total=10)
+        ) as session:
+            yield session
+    finally:
+        await runner.cleanup()
+        await runtime.stop()
+
+
+def test_control_beyond_loopback_needs_the_admin_token() -> None:
+    """``/abort_request`` and ``/flush_cache`` end other tenants' work: 401 without the
+    token, 403 with a wrong one, served with the right one."""
+    auth = {"Authorization": "Bearer s3cret"}
+
+    async def body() -> None:
+        async with serving_beyond_loopback(make_config(admin_token="s3cret")) as session:
+            calls: tuple[tuple[str, str, dict[str, Any] | None], ...] = (
+                ("POST", "/abort_request", {"rid": "nobody"}),
+                ("POST", "/abort_request", {"abort_all": True}),
+                ("POST", "/flush_cache", {}),
+                ("GET", "/flush_cache", None),
+            )
+            for method, path, payload in calls:
+                answers = []
+                for headers in ({}, {"Authorization": "Bearer wrong"}, auth):
+                    async with session.request(method, path, json=payload, headers=headers) as resp:
+                        answers.append((resp.status, (await resp.json())))
+                assert [status for status, _ in answers] == [401, 403, 200], path
+                assert answers[0][1]["error"]["type"] == "authentication_error"
+                assert answers[1][1]["error"]["message"] == "wrong admin token"
+
+    run(body())
+
+
+def test_beyond_loopback_without_a_token_every_write_is_refused() -> None:
+    async def body() -> None:
+        async with serving_beyond_loopback(make_config()) as session:
+            writes: tuple[tuple[str, str, dict[str, Any]], ...] = (
+                ("POST", "/abort_request", {"abort_all": True}),
+                ("POST", "/flush_cache", {}),
+                ("PUT", "/fairserve/worker/quantum", {"quantum": 8}),
+                ("PUT", "/fairserve/worker/weights", {"client": "a", "weight": 2}),
+            )
+            for method, path, payload in writes:
+                async with session.request(method, path, json=payload) as resp:
+                    assert resp.status == 403, path
+                    message = (await resp.json())["error"]["message"]
+                    assert message.startswith("writes are disabled: start the worker with")
+            assert (await get_json(session, "/fairserve/worker/quantum"))[0] == 200  # reads
+
+    run(body())
+
+
+def test_control_on_loopback_stays_open_with_a_token_set() -> None:
+    """SGLang's behaviour, kept on loopback: the local router aborts without a token."""
+
+    async def body() -> None:
+        async with serving(make_config(admin_token="s3cret")) as (_, session):
+            assert (await post_json(session, "/abort_request", {"rid": "nobody"})) == (
+                200,
+                {"aborted": 0},
+            )
+            async with session.post("/flush_cache") as resp:
+                assert resp.status == 200
 
     run(body())
