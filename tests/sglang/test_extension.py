@@ -17,7 +17,7 @@ from fairserve.sglang.extension import ExtensionServer
 from fairserve.sglang.host import PolicyHost
 from fairserve.tui.parse import parse_worker_state
 from tests.fakes.sglang import FakeScheduler, Req
-from tests.sglang.conftest import MakeHost
+from tests.sglang.conftest import MakeHost, make_host
 
 TOKEN = "s3cret"
 
@@ -133,3 +133,45 @@ def test_a_put_the_scheduler_never_applies_times_out(install: MakeHost) -> None:
     assert host.policy.quantum == 100  # not applied yet: applies with the next iteration
     hooks.apply_controls(object(), hooks.leader_poll([], object()) or [])
     assert host.policy.quantum == 5
+
+
+def test_weights_get_and_put_reach_the_policy(served: tuple[PolicyHost, str]) -> None:
+    host, url = served
+    path, change = url + "/fairserve/worker/weights", {"client": "a", "weight": 2}
+    assert call(path) == (200, {"policy": "dlpm", "weights": {}})
+    status, body = call(path, "PUT", change)
+    assert status == 401 and body["error"]["type"] == "authentication_error"
+    status, body = call(path, "PUT", change, "wrong")
+    assert status == 403 and body["error"]["type"] == "permission_error"
+    status, body = call(path, "PUT", change, TOKEN)
+    assert (status, body) == (200, {"policy": "dlpm", "weights": {"a": 2.0}})
+    assert host.policy.weight("a") == 2.0
+
+
+def test_a_weight_change_reaches_every_rank_in_the_same_iteration(install: MakeHost) -> None:
+    """Like the quantum: the leader sends it with its aborts, every rank applies it."""
+    leader = install("dlpm", quantum=100)
+    follower = make_host("dlpm", quantum=100)
+    message, applied = leader.controls.submit_weight("a", 4.0)
+    sent = hooks.leader_poll([], object())
+    assert sent == [message]
+    hooks.apply_controls("scheduler", sent)
+    assert leader.policy.weight("a") == 4.0 and applied.is_set()
+    hooks.install_host(follower)
+    hooks.apply_controls("scheduler", sent)
+    assert follower.policy.weight("a") == 4.0
+
+
+def test_a_weight_put_the_scheduler_never_applies_times_out(install: MakeHost) -> None:
+    host = install("dlpm", quantum=100)
+    server = ExtensionServer(host, "127.0.0.1", 0, apply_timeout_s=0.2)
+    server.start()
+    try:
+        change = {"client": "a", "weight": 3}
+        status, body = call(server.url + "/fairserve/worker/weights", "PUT", change)
+    finally:
+        server.stop()
+    assert status == 503 and "weight 3 of client 'a'" in body["error"]["message"]
+    assert host.policy.weight("a") == 1.0  # not applied yet: applies with the next iteration
+    hooks.apply_controls(object(), hooks.leader_poll([], object()) or [])
+    assert host.policy.weight("a") == 3.0
