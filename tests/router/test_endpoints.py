@@ -99,7 +99,9 @@ def test_identity_precedence_and_unknown_key(tmp_path: Path) -> None:
     keys, weights = load_clients(path)
 
     async def body() -> None:
-        async with sim_router(clients=keys, weights=weights) as (_, session, workers):
+        # trust_identity_header: without it a key is required (test_identity.py)
+        trusted = sim_router(clients=keys, weights=weights, trust_identity_header=True)
+        async with trusted as (_, session, workers):
             both = {"Authorization": "Bearer k-a", "X-Fairserve-Client": "bob"}
             await post(session, "/v1/chat/completions", chat(user="carol"), headers=both)
             header = {"X-Fairserve-Client": "bob"}

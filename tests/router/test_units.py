@@ -74,15 +74,15 @@ def test_identity_precedence() -> None:
     keys = {"k": ClientEntry("alice")}
     both = {"Authorization": "Bearer k", "X-Fairserve-Client": "bob"}
     assert identify(both, {"user": "carol"}, keys) == "alice"
-    assert identify({"X-Fairserve-Client": "bob"}, {"user": "carol"}, keys) == "bob"
-    assert identify({}, {"user": "carol"}, keys) == "carol"
-    assert identify({}, {}, keys) == "anonymous"
+    assert identify({"X-Fairserve-Client": "bob"}, {"user": "carol"}, keys, True) == "bob"
+    assert identify({}, {"user": "carol"}, keys, True) == "carol"
+    assert identify({}, {}, keys, True) == "anonymous"
     assert identify({"Authorization": "Bearer EMPTY"}, {}, {}) == "anonymous"  # no file
     with pytest.raises(ApiError) as info:
         identify({"Authorization": "Bearer bad"}, {}, keys)
     assert info.value.status == 401
     with pytest.raises(ApiError, match="user: expected a string"):
-        identify({}, {"user": 5}, keys)
+        identify({}, {"user": 5}, {})
 
 
 def _events(data: bytes) -> list[str]:

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
+import math
+import time
 from typing import Any
 
+import aiohttp
+
 from fairserve.core.tokenizer import SyntheticOutput, render_chat, tokenize
-from tests.worker.helpers import get_json, post_json, run, serving, sse_events
+from tests.worker.helpers import (
+    get_json,
+    make_config,
+    post_json,
+    run,
+    runtime_of,
+    serving,
+    sse_events,
+    tiny_profile,
+)
 
 PROMPT = "The quick brown fox jumps over the lazy dog, again and again."
 
@@ -164,5 +179,46 @@ def test_chat_stream_opens_with_the_role_and_ends_with_the_finish() -> None:
             }
             content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
             assert content == SyntheticOutput("cs1", 3).text(0, 3)[1:]
+
+    run(body())
+
+
+HUGE_CONTEXT_TOKENS = 8_000_000
+"""A worker whose context (KV capacity) allows outputs of millions of tokens."""
+
+
+def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -> None:
+    """Issue 18 item 2: a request's output is produced as it is generated, so submitting
+    the largest output the context allows costs no more than a small one (it used to build
+    the whole synthetic output first: ~0.4 s of a stalled event loop at 8 M tokens)."""
+
+    async def body() -> None:
+        config = make_config(profile=tiny_profile(HUGE_CONTEXT_TOKENS))
+        async with serving(config) as (server, session):
+            largest = HUGE_CONTEXT_TOKENS - len(tokenize(PROMPT))
+            request = {"text": PROMPT, "sampling_params": {"max_new_tokens": largest}}
+
+            async def submit(i: int) -> None:
+                await asyncio.sleep(0.1 * i)  # spread over the probing
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.post("/generate", json={**request, "rid": f"h{i}"}):
+                        pass
+
+            tasks = [asyncio.create_task(submit(i)) for i in range(3)]
+            # The client shares the worker's event loop, so a probe's latency is counted
+            # from when it was due: a stall between two probes delays the next one.
+            latencies_s = []
+            start_s = time.perf_counter()
+            for k in range(50):  # bounded: 50 probes, one every 20 ms
+                due_s = start_s + 0.02 * k
+                await asyncio.sleep(max(0.0, due_s - time.perf_counter()))
+                status, _ = await get_json(session, "/health")
+                latencies_s.append(time.perf_counter() - due_s)
+                assert status == 200
+            assert runtime_of(server).in_flight() >= 1, "the huge requests did not run"
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            assert sorted(latencies_s)[math.ceil(0.99 * len(latencies_s)) - 1] < 0.1, latencies_s
 
     run(body())

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairserve.core import tokenizer
+from fairserve.core.openai_api import MAX_OUTPUT_TOKENS
 from fairserve.core.tokenizer import (
     CHUNK_CHARS,
     VOCAB_SIZE,
@@ -20,7 +21,7 @@ from fairserve.core.tokenizer import (
     token_key,
     tokenize,
 )
-from fairserve.core.types import tokens_to_key
+from fairserve.core.types import TOKEN_BYTES, tokens_to_key
 
 # Fragments that make every kind of piece and every kind of cut: words, punctuation,
 # runs of spaces, tabs and newlines, non-ASCII letters.
@@ -74,6 +75,24 @@ def test_output_is_reproducible_by_request_id() -> None:
     assert a.text(0, 20) == b.text(0, 20) != c.text(0, 20)
     assert a.text(0, 5) + a.text(5, 20) == a.text(0, 20)
     assert a.token_ids(7) == a.token_ids()[:7]
+
+
+def test_output_is_drawn_lazily_and_a_longer_output_extends_a_shorter_one() -> None:
+    """Issue 18 item 2: creating the largest output costs what a small one does, and the
+    engine's view of the key (length and slices) matches the key computed in full."""
+    huge = SyntheticOutput("big", MAX_OUTPUT_TOKENS)
+    lazy = huge.lazy_key()
+    assert len(lazy) == MAX_OUTPUT_TOKENS * TOKEN_BYTES
+    small = SyntheticOutput("big", 1000)
+    assert huge.token_ids(1000) == small.token_ids()
+    assert huge.text(250, 700) == small.text(250, 700)
+    full = small.token_key()
+    assert full == tokens_to_key(small.token_ids())
+    view = small.lazy_key()
+    for stop in (0, 3, 4, 257 * TOKEN_BYTES, len(full)):
+        assert view[:stop] == full[:stop]
+    assert view[9:1030] == full[9:1030]
+    assert small.text(990, 5000) == small.text(990, 1000)  # clipped to the output
 
 
 def test_output_tokens_are_the_tokens_of_the_output_text() -> None:

@@ -66,6 +66,7 @@ class LaunchOptions:
     max_outstanding_per_worker: int = DEFAULT_MAX_OUTSTANDING
     metrics_max_clients: int = DEFAULT_METRICS_MAX_CLIENTS
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    trust_identity_header: bool = False
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -156,6 +157,7 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         max_outstanding_per_worker=options.max_outstanding_per_worker,
         metrics_max_clients=options.metrics_max_clients,
         drain_timeout_s=options.drain_timeout_s,
+        trust_identity_header=options.trust_identity_header,
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
     if not dry_run:

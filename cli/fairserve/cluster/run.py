@@ -53,8 +53,8 @@ async def supervise(plan: LaunchPlan, run_dir: Path, view: StatusView, detached:
         assert info is not None
         view.log(
             f"router listening on {info.router_url} ({len(info.workers)} workers, "
-            f"engine {info.engine}, policy {info.policy}, dispatch {info.dispatch}; "
-            f"logs in {run_dir})"
+            f"engine {info.engine}, policy {info.policy}, dispatch {info.dispatch}, "
+            f"identity {_auth_mode(plan)}; logs in {run_dir})"
         )
         view.ready(supervisor, info.router_url)
         await supervisor.watch(stop, view.tick)
@@ -76,3 +76,10 @@ async def _start_or_stop(supervisor: Supervisor, stop: asyncio.Event) -> bool:
     with contextlib.suppress(asyncio.CancelledError):
         await start
     return False
+
+
+def _auth_mode(plan: LaunchPlan) -> str:
+    """Which identities the router honours (``router.identity``), said at launch."""
+    from fairserve.router.identity import auth_mode
+
+    return auth_mode(plan.router.clients, plan.router.trust_identity_header)

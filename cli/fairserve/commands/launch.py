@@ -101,6 +101,7 @@ def launch(
             show_default=False,
         ),
     ] = None,
+    trust_identity_header: opts.TrustIdentityHeader = False,
     queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
     max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
     router_queue: opts.RouterQueue = "auto",
@@ -173,6 +174,7 @@ def launch(
         queue_cap=queue_cap, max_body_bytes=max_body_bytes, router_queue=router_queue,
         max_outstanding_per_worker=max_outstanding_per_worker,
         metrics_max_clients=metrics_max_clients, drain_timeout_s=drain_timeout,
+        trust_identity_header=trust_identity_header,
     )  # fmt: skip
     out = Output(json_mode=json_output)
     if dry_run:
@@ -227,6 +229,7 @@ def _dry_run(options: LaunchOptions, out: Output) -> None:
 def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
     """``--dry-run --json``: the workers' commands and environment, and the router."""
     from fairserve.cluster.workers import describe
+    from fairserve.router.identity import auth_mode
 
     cfg = plan.router
     return {
@@ -247,6 +250,7 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
             "max_outstanding_per_worker": cfg.max_outstanding_per_worker,
             "metrics_max_clients": cfg.metrics_max_clients,
             "drain_timeout_s": cfg.drain_timeout_s,
+            "auth_mode": auth_mode(cfg.clients, cfg.trust_identity_header),
         },
         "ready_timeout_s": plan.ready_timeout_s,
     }

@@ -114,6 +114,15 @@ MetricsMaxClients = Annotated[
         "(first seen); the others are summed under 'other'.",
     ),
 ]
+TrustIdentityHeader = Annotated[
+    bool,
+    typer.Option(
+        "--trust-identity-header",
+        help="With --clients: serve requests without an API key under their "
+        "X-Fairserve-Client header or 'user' field (a gateway in front authenticates); "
+        "such a name can never be a keyed client's (403). Without it a key is required.",
+    ),
+]
 DrainTimeout = Annotated[
     float,
     typer.Option(

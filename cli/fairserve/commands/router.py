@@ -88,6 +88,7 @@ def router(
             help="Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.",
         ),
     ] = None,
+    trust_identity_header: opts.TrustIdentityHeader = False,
     queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
     max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
     router_queue: opts.RouterQueue = "auto",
@@ -101,10 +102,12 @@ def router(
 ) -> None:
     """Run the fair router in front of workers started elsewhere.
 
-    Clients are identified by API key (--clients), the X-Fairserve-Client header, the
-    OpenAI 'user' field, else 'anonymous'. Prints one line to stderr when ready, with the
-    URL it listens on. Workers that do not answer at start are reported and kept: they
-    join when their health check passes.
+    With --clients an API key is required (--trust-identity-header: a gateway's
+    X-Fairserve-Client header or the 'user' field also count, never as a keyed client);
+    without, the X-Fairserve-Client header, the OpenAI 'user' field, else 'anonymous'.
+    Prints one line to stderr when ready, with the URL it listens on and the identity
+    mode. Workers that do not answer at start are reported and kept: they join when their
+    health check passes.
     """
     from fairserve.router.config import RouterConfig, load_clients
 
@@ -120,6 +123,7 @@ def router(
         clients=keys,
         weights=weights,
         admin_token=admin_token,
+        trust_identity_header=trust_identity_header,
         queue_cap=queue_cap,
         max_body_bytes=max_body_bytes,
         router_queue=router_queue,  # type: ignore[arg-type]  # checked by the callback
@@ -170,6 +174,7 @@ def _use_uvloop() -> None:
 async def _serve(config: RouterConfig) -> None:
     import logging
 
+    from fairserve.router.identity import auth_mode
     from fairserve.router.server import RouterServer
 
     logging.basicConfig(
@@ -191,7 +196,8 @@ async def _serve(config: RouterConfig) -> None:
         healthy = len(config.worker_urls) - len(down)
         _err(
             f"fairserve router listening on {url} ({healthy}/{len(config.worker_urls)} workers "
-            f"healthy, dispatch {config.dispatch}, policy {config.policy})"
+            f"healthy, dispatch {config.dispatch}, policy {config.policy}, "
+            f"identity {auth_mode(config.clients, config.trust_identity_header)})"
         )
         await stop.wait()
         _err("fairserve router: draining")

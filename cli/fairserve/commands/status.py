@@ -64,7 +64,8 @@ def _table(data: dict[str, Any]) -> Table:
     title = (
         f"router {router['url']} ({'healthy' if router['healthy'] else 'NO HEALTHY WORKER'})  "
         f"policy {router['policy']}  dispatch {router['dispatch']}  "
-        f"Q^u {_num(quantum.get('quantum'))}  Q^w {_num(quantum.get('worker_quantum'))}"
+        f"Q^u {_num(quantum.get('quantum'))}  Q^w {_num(quantum.get('worker_quantum'))}  "
+        f"identity {router.get('auth_mode') or '-'}"
     )
     table = Table(title=title, title_justify="left")
     for column in ("worker", "url", "pid", "health", "restarts", "log"):

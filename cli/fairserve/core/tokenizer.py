@@ -25,7 +25,7 @@ from itertools import islice
 
 import numpy as np
 
-from fairserve.core.types import key_to_tokens, tokens_to_key
+from fairserve.core.types import TOKEN_BYTES, key_to_tokens, tokens_to_key
 
 VOCAB_SIZE = 32000
 """Token ids are in ``[0, VOCAB_SIZE)``, like a Llama-2-sized vocabulary."""
@@ -166,32 +166,91 @@ _OUTPUT_PIECES = tuple(" " + word for word in _WORDS)
 _OUTPUT_IDS = np.array([piece_id(p) for p in _OUTPUT_PIECES], dtype="<u4")
 
 
+OUTPUT_BLOCK_TOKENS = 256
+"""Output tokens are drawn in blocks of this many, each from its own seeded generator."""
+
+
 class SyntheticOutput:
-    """The output a request will produce: ``max_tokens`` pieces chosen by its id.
+    """The output a request will produce: up to ``max_tokens`` pieces chosen by its id.
 
-    Computed up front because the engine caches a finished request's output tokens (the
-    ``output_key`` of ``Engine.submit``) and needs them at submission; numpy keeps that
-    cheap even for an output of hundreds of thousands of tokens."""
+    Drawn lazily, block by block as tokens are asked for: a request may ask for millions of
+    tokens (as much as the context allows) and creating its output must cost the same as a
+    small one's, or one request stalls the worker's event loop. Block ``b`` comes from a
+    generator seeded with (the rid's hash, ``b``), so any token range is reproducible on
+    its own and a longer output extends a shorter one with the same rid."""
 
-    __slots__ = ("_choices",)
+    __slots__ = ("_blocks", "_seed", "max_tokens")
 
     def __init__(self, rid: str, max_tokens: int) -> None:
-        seed = int.from_bytes(hashlib.blake2b(rid.encode("utf-8"), digest_size=8).digest())
-        rng = np.random.default_rng(seed)
-        self._choices = rng.integers(0, len(_OUTPUT_PIECES), size=max_tokens)
+        self._seed = int.from_bytes(hashlib.blake2b(rid.encode("utf-8"), digest_size=8).digest())
+        self.max_tokens = max_tokens
+        self._blocks: list[np.ndarray] = []
+
+    def _choices(self, start: int, stop: int) -> np.ndarray:
+        """Word indices of output tokens ``start .. stop-1`` (clipped to the output)."""
+        stop = max(0, min(stop, self.max_tokens))
+        start = max(0, min(start, stop))
+        last = -(-stop // OUTPUT_BLOCK_TOKENS)
+        while len(self._blocks) < last:
+            rng = np.random.default_rng((self._seed, len(self._blocks)))
+            block = rng.integers(0, len(_OUTPUT_PIECES), size=OUTPUT_BLOCK_TOKENS, dtype=np.uint16)
+            self._blocks.append(block)
+        first = start // OUTPUT_BLOCK_TOKENS
+        if first >= last:
+            return np.empty(0, dtype=np.uint16)
+        joined = np.concatenate(self._blocks[first:last])
+        offset = first * OUTPUT_BLOCK_TOKENS
+        return joined[start - offset : stop - offset]
 
     def token_ids(self, count: int | None = None) -> list[int]:
-        chosen = self._choices if count is None else self._choices[:count]
+        """The first ``count`` output token ids (all of them by default)."""
+        chosen = self._choices(0, self.max_tokens if count is None else count)
         ids: list[int] = _OUTPUT_IDS[chosen].tolist()
         return ids
 
+    def key(self, start: int, stop: int) -> bytes:
+        """Output tokens ``start .. stop-1`` as a token key (``tokens_to_key`` layout)."""
+        key: bytes = _OUTPUT_IDS[self._choices(start, stop)].tobytes()
+        return key
+
     def token_key(self) -> bytes:
         """All output token ids as a token key (``core.types.tokens_to_key`` layout)."""
-        return _OUTPUT_IDS[self._choices].tobytes()
+        return self.key(0, self.max_tokens)
+
+    def lazy_key(self) -> LazyOutputKey:
+        """The output's token key as a view that computes only the part that is read."""
+        return LazyOutputKey(self)
 
     def text(self, start: int, stop: int) -> str:
         """The text of output tokens ``start .. stop-1`` (starts with a space)."""
-        return "".join(_OUTPUT_PIECES[i] for i in self._choices[start:stop])
+        return "".join(_OUTPUT_PIECES[i] for i in self._choices(start, stop).tolist())
+
+
+class LazyOutputKey:
+    """A request's whole output key as the simulated engine uses it: its length in bytes
+    and slices (the engine caches prompt + the output produced when a request finishes,
+    ``sim.kvpool``), computed only for the bytes sliced."""
+
+    __slots__ = ("_output",)
+
+    def __init__(self, output: SyntheticOutput) -> None:
+        self._output = output
+
+    def __len__(self) -> int:
+        return self._output.max_tokens * TOKEN_BYTES
+
+    def __getitem__(self, index: slice) -> bytes:
+        if not isinstance(index, slice):
+            raise TypeError("an output key is read in slices")
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("an output key is read in contiguous slices")
+        if start >= stop:
+            return b""
+        first, last = start // TOKEN_BYTES, -(-stop // TOKEN_BYTES)
+        raw = self._output.key(first, last)
+        skip = first * TOKEN_BYTES
+        return raw[start - skip : stop - skip]
 
 
 def render_chat(messages: Sequence[tuple[str, str]]) -> str:

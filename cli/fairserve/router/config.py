@@ -60,6 +60,9 @@ class RouterConfig:
     weights: Mapping[str, float] = field(default_factory=dict)
     """Client name → weight for clients without a key (and the keyed ones, from the file)."""
     admin_token: str | None = None
+    trust_identity_header: bool = False
+    """With a clients file: honour ``X-Fairserve-Client`` / ``user`` from requests without
+    an API key (a gateway in front authenticates); never for a keyed client's name."""
     queue_cap: int = DEFAULT_QUEUE_CAP
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     router_queue: RouterQueueMode = "auto"
@@ -110,6 +113,11 @@ class RouterConfig:
             raise ConfigError(
                 f"--router-queue: expected one of {', '.join(ROUTER_QUEUE_MODES)}, "
                 f"got {self.router_queue!r}"
+            )
+        if self.trust_identity_header and not self.clients:
+            raise ConfigError(
+                "--trust-identity-header: needs --clients (without a clients file every "
+                "identity header is honoured already)"
             )
         if self.admin_token is not None and not self.admin_token.strip():
             raise ConfigError("--admin-token: expected a non-empty token")

@@ -113,7 +113,8 @@ def prepare_call(
     Shared by the aiohttp handlers and the lean front (``front.py``), so both refuse,
     identify and account alike. Raises :class:`ApiError` for what the client must fix."""
     body = parse_json(raw)
-    client = identify(headers, body, router.config.clients)
+    config = router.config
+    client = identify(headers, body, config.clients, config.trust_identity_header)
     app = application(headers)
     spec = PARSERS[route](body, headers)
     router.check_model(spec.model)

@@ -1,24 +1,49 @@
 """Who is calling: the client a request is charged to, and the application it belongs to.
 
-First that applies (DESIGN §5): an API key (``Authorization: Bearer``) from the clients
-file; the ``X-Fairserve-Client`` header; the OpenAI ``user`` field; else ``anonymous``.
-With a clients file, a key it does not list is refused (401): a typo must not silently
-turn a tenant into ``anonymous``. Without one, keys are not checked (OpenAI SDKs always
-send some key, often ``EMPTY``).
+Threat model (issue 18): any client can send any header and body, so an identity that
+decides weights and shares must be one a client cannot claim. Three modes
+(:func:`auth_mode`, shown in ``/fairserve/v1/state`` and by ``fairserve status``):
+
+``api-key`` (a clients file): the API key (``Authorization: Bearer``) is the identity
+    and is required: no key is 401, a key the file does not list is 401 (a typo must not
+    silently turn a tenant into someone else). Header and ``user`` are ignored.
+``api-key+trusted-header`` (a clients file and ``--trust-identity-header``, for a gateway
+    in front that authenticates): a key still wins; without one, the
+    ``X-Fairserve-Client`` header, then the OpenAI ``user`` field, else ``anonymous``.
+    Such a name may never be a keyed client's: 403.
+``open`` (no clients file): the header, then ``user``, else ``anonymous``; keys are not
+    checked (OpenAI SDKs always send some key, often ``EMPTY``).
+
+Names are 1 to 64 characters from ``A-Z a-z 0-9 . _ : @ / -`` (400 otherwise): no
+control bytes, no lone surrogates, nothing a Prometheus label or a log line chokes on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from fairserve.core.openai_api import APP_HEADER, CLIENT_HEADER, ApiError, bad_request
 from fairserve.core.types import ANONYMOUS_CLIENT
 from fairserve.router.config import ClientEntry
 
-MAX_NAME_CHARS = 200
+AuthMode = Literal["api-key", "api-key+trusted-header", "open"]
+
+MAX_NAME_CHARS = 64
+MAX_APP_CHARS = 128
+"""Application names are ``CLIENT/pN`` and the like: a client name and a suffix."""
+NAME_CHARS = "A-Z a-z 0-9 . _ : @ / -"
+_NAME = re.compile(r"[A-Za-z0-9._:@/-]+")
+
+
+def auth_mode(keys: Mapping[str, ClientEntry], trust_header: bool) -> AuthMode:
+    """Which identities a router honours (see the module docstring)."""
+    if not keys:
+        return "open"
+    return "api-key+trusted-header" if trust_header else "api-key"
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -34,12 +59,18 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 
 def identify(
-    headers: Mapping[str, str], body: Mapping[str, Any], keys: Mapping[str, ClientEntry]
+    headers: Mapping[str, str],
+    body: Mapping[str, Any],
+    keys: Mapping[str, ClientEntry],
+    trust_header: bool = False,
 ) -> str:
-    """The client a request is charged to (raises 401 for an unknown key, 400 for a bad
-    header or ``user`` value)."""
+    """The client a request is charged to. Raises 401 for a missing key (``api-key``
+    mode) or an unknown one, 403 for a name claiming a keyed client, 400 for a bad
+    header or ``user`` value."""
+    if not keys:
+        return _claimed(headers, body)
     token = bearer_token(headers)
-    if token is not None and keys:
+    if token is not None:
         entry = keys.get(token)
         if entry is None:
             raise ApiError(
@@ -48,15 +79,33 @@ def identify(
                 code="invalid_api_key",
             )
         return entry.name
+    if not trust_header:
+        raise ApiError(
+            401,
+            "API key required: send 'Authorization: Bearer KEY' with a key from the "
+            "router's clients file",
+            code="invalid_api_key",
+        )
+    name = _claimed(headers, body)
+    if any(entry.name == name for entry in keys.values()):
+        raise ApiError(
+            403,
+            f"client {name!r} is a client of the clients file: send its API key to act as it",
+        )
+    return name
+
+
+def _claimed(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
+    """The name a request gives itself: the header, then ``user``, else ``anonymous``."""
     header = headers.get(CLIENT_HEADER)
     if header is not None:
-        return _name(header.strip(), CLIENT_HEADER)
+        return _name(header.strip(), CLIENT_HEADER, MAX_NAME_CHARS)
     user = body.get("user")
     if user is not None:
         if not isinstance(user, str):
             raise bad_request(f"user: expected a string, got {type(user).__name__}")
         if user:
-            return _name(user, "user")
+            return _name(user, "user", MAX_NAME_CHARS)
     return ANONYMOUS_CLIENT
 
 
@@ -66,14 +115,18 @@ def application(headers: Mapping[str, str]) -> str | None:
     if app is None:
         return None
     app = app.strip()
-    return _name(app, APP_HEADER) if app else None
+    return _name(app, APP_HEADER, MAX_APP_CHARS) if app else None
 
 
-def _name(value: str, where: str) -> str:
+def _name(value: str, where: str, limit: int) -> str:
     if not value:
         raise bad_request(f"{where}: expected a non-empty client name")
-    if len(value) > MAX_NAME_CHARS:
-        raise bad_request(f"{where}: expected at most {MAX_NAME_CHARS} characters")
+    if len(value) > limit or not _NAME.fullmatch(value):
+        what = "a client name" if limit == MAX_NAME_CHARS else "an application name"
+        shown = ascii(value[: limit + 1])
+        raise bad_request(
+            f"{where}: {what} is 1 to {limit} characters from {NAME_CHARS}; got {shown}"
+        )
     return value
 
 

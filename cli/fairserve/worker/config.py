@@ -49,6 +49,13 @@ class WorkerConfig:
         # Fail at startup, not on the first request: build one engine now.
         build_engine(self)
 
+    @property
+    def context_length(self) -> int:
+        """Prompt plus output tokens one request may reach: the KV capacity (a simulated
+        model has no shorter limit, and a request that cannot fit the KV never runs).
+        Served as ``context_length`` and ``max_model_len``, as SGLang and vLLM do."""
+        return self.profile.kv_capacity_tokens
+
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
             kv_capacity_tokens=self.profile.kv_capacity_tokens,

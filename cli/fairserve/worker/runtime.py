@@ -25,11 +25,12 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from fairserve.core.errors import FairserveError
-from fairserve.core.openai_api import GenerationSpec
+from fairserve.core.openai_api import GenerationSpec, check_context
 from fairserve.core.tokenizer import SyntheticOutput
 from fairserve.core.types import Request
 from fairserve.sim.engine import Engine, StepResult
@@ -193,10 +194,15 @@ class WorkerRuntime:
 
     # ---------------------------------------------------------------- requests
     def submit(self, spec: GenerationSpec) -> Ticket:
-        """Queue a request; raises RequestRejected (429), ConfigError (400: never fits),
-        DuplicateRequest (400) or Unavailable (503)."""
+        """Queue a request; raises ApiError (400: beyond the context length),
+        RequestRejected (429), ConfigError (400: never fits), DuplicateRequest (400) or
+        Unavailable (503).
+
+        Costs the same whatever ``max_new_tokens``: the output is drawn as it is produced
+        (``SyntheticOutput``), and the engine reads its key only when the request ends."""
         if not self.accepting:
             raise Unavailable("worker is shutting down" if self._closing else "engine not running")
+        check_context(spec, self.config.context_length)
         if spec.rid in self._tickets:
             raise DuplicateRequest(f"rid {spec.rid!r}: a request with this id is in flight")
         engine_tokens = max(1, spec.max_new_tokens)  # a step yields a token even for 0
@@ -209,7 +215,8 @@ class WorkerRuntime:
             app=spec.app,
             output_len=engine_tokens,
         )
-        self.engine.submit(req, self._arrival_s(), output.token_key())
+        # The engine takes bytes but only measures and slices an output key (sim.kvpool).
+        self.engine.submit(req, self._arrival_s(), cast(bytes, output.lazy_key()))
         ticket = Ticket(spec, req, output)
         self._tickets[spec.rid] = ticket
         self._wake.set()
@@ -296,10 +303,15 @@ class WorkerRuntime:
         """Fail everything in flight and start over with a fresh engine (same quantum and
         weights: they may have been changed live, and the router will not push them again)."""
         self.engine_errors += 1
+        error_id = uuid.uuid4().hex[:12]
         log.error(
-            "simulated engine failed; failing %d request(s)", len(self._tickets), exc_info=exc
+            "simulated engine failed (error id %s); failing %d request(s)",
+            error_id,
+            len(self._tickets),
+            exc_info=exc,
         )
-        message = f"simulated engine failed: {type(exc).__name__}: {exc}"
+        # The cause stays in the log: clients get the id, never the exception's text.
+        message = f"the simulated engine failed (error id {error_id}); the details are in the log"
         for ticket in self._tickets.values():
             ticket.fail(message)
         self._tickets.clear()

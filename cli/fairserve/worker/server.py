@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from fairserve.core.openai_api import ApiError
+from fairserve.core.openai_api import ApiError, internal_error
 from fairserve.router.server import bind
 from fairserve.worker import admin, generation
 from fairserve.worker import responses as r
@@ -47,8 +47,7 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         message = f"{exc.reason}: {request.method} {request.path}"
         return _error_response(ApiError(exc.status, message))
     except Exception as exc:
-        log.exception("error in %s %s", request.method, request.path)
-        return _error_response(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
+        return _error_response(internal_error(log, exc, f"{request.method} {request.path}"))
 
 
 def _error_response(exc: ApiError) -> web.Response:
