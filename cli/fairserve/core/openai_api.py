@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import uuid
 from collections.abc import Mapping
@@ -85,6 +86,21 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
     503: "service_unavailable_error",
 }
+
+
+def internal_error(logger: logging.Logger, exc: BaseException, where: str) -> ApiError:
+    """The 500 for a server's own failure: the client learns only an error id; the cause
+    goes to ``logger`` as one line with that id (the traceback at debug level)."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error(
+        "internal error %s in %s: %s: %s",
+        error_id,
+        where,
+        type(exc).__name__,
+        _excerpt(str(exc), 300),
+    )
+    logger.debug("traceback of internal error %s", error_id, exc_info=exc)
+    return ApiError(500, f"internal error (error id {error_id}); the details are in the log")
 
 
 def error_body(error: ApiError) -> dict[str, Any]:
