@@ -168,8 +168,9 @@ def test_errors_are_the_same_on_both_paths() -> None:
     async def body() -> None:
         async with sim_workers(1) as workers:
             clients = {"good": _client()}
-            lean = await _router(workers, clients=clients)
-            plain = await _router(workers, clients=clients, lean_front=False)
+            trusted = {"clients": clients, "trust_identity_header": True}  # the body errors
+            lean = await _router(workers, **trusted)
+            plain = await _router(workers, lean_front=False, **trusted)
             try:
                 for data in BAD_REQUESTS:
                     data = data.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
