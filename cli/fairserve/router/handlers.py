@@ -12,6 +12,7 @@ Admin API: ``GET|PUT /fairserve/v1/quantum`` (Q^w, Q^u) and ``GET|PUT /fairserve
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -27,7 +28,9 @@ from fairserve.core.openai_api import (
     GenerationSpec,
     Route,
     bad_request,
+    check_context,
     error_body,
+    internal_error,
     parse_chat,
     parse_completion,
     parse_generate,
@@ -45,6 +48,8 @@ from fairserve.router.state import (
     snapshot,
     weights_view,
 )
+
+log = logging.getLogger("fairserve.router")
 
 ROUTER: web.AppKey[Router] = web.AppKey("router", Router)
 URL: web.AppKey[list[str]] = web.AppKey("url", list)
@@ -86,6 +91,8 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return error_response(
             ApiError(exc.status, f"{exc.reason}: {request.method} {request.path}")
         )
+    except Exception as exc:  # never a traceback or an exception's text to the client
+        return error_response(internal_error(log, exc, f"{request.method} {request.path}"))
 
 
 # ------------------------------------------------------------------ generation
@@ -97,6 +104,17 @@ def _generation(route: Route) -> Callable[[web.Request], Any]:
         return await proxy.forward(router, call, request)
 
     return handle
+
+
+def context_tokens(router: Router) -> int | None:
+    """The smallest context length among healthy workers (None: none known): a request
+    must fit wherever it may be sent, and is refused here without asking a worker."""
+    least: int | None = None
+    for up in router.upstreams.values():  # the hot path: no list built per request
+        limit = up.context_tokens
+        if up.healthy and limit is not None and (least is None or limit < least):
+            least = limit
+    return least
 
 
 def check_open(router: Router) -> None:
@@ -118,6 +136,7 @@ def prepare_call(
     app = application(headers)
     spec = PARSERS[route](body, headers)
     router.check_model(spec.model)
+    check_context(spec, context_tokens(router))
     return _new_call(router, route, spec, body, client, app, raw)
 
 

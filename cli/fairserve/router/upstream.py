@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 
@@ -40,6 +40,8 @@ class Upstream:
     probed: bool = False
     extension: bool | None = None
     max_total_tokens: int | None = None
+    context_tokens: int | None = None
+    """The model's context length (prompt + output) as the worker reports it."""
     capacity_tokens_per_s: float | None = None
     extension_url: str | None = None
     models: list[str] = field(default_factory=list)
@@ -142,6 +144,7 @@ class HealthProber:
         models = await self._get_json(up, "/v1/models")
         if isinstance(models, dict) and isinstance(models.get("data"), list):
             up.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
+        up.context_tokens = context_length(info, models)
         state = await self._get_json(up, "/fairserve/worker/state", up.extension_base)
         up.extension = state is not None
         up.eviction_cursor = 0
@@ -221,6 +224,23 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) or not text:
         return type(exc).__name__
     return text
+
+
+def context_length(server_info: Any, models: Any) -> int | None:
+    """The context length a worker reports: the smallest ``max_model_len`` of its
+    ``/v1/models`` entries (SGLang and vLLM), else ``context_length`` in
+    ``/get_server_info`` (SGLang's server arguments; null when not set); None if neither."""
+    found: list[Any] = []
+    if isinstance(models, dict) and isinstance(models.get("data"), list):
+        found = [m.get("max_model_len") for m in models["data"] if isinstance(m, dict)]
+    if not any(_positive_int(v) for v in found) and isinstance(server_info, dict):
+        found = [server_info.get("context_length")]
+    lengths: list[int] = [v for v in found if _positive_int(v)]
+    return min(lengths) if lengths else None
+
+
+def _positive_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _capacity(server_info: dict[str, Any]) -> float | None:

@@ -76,6 +76,7 @@ def server_info(runtime: WorkerRuntime) -> dict[str, Any]:
         "served_model_name": config.model_name,
         "tokenizer_path": None,
         "max_total_num_tokens": profile.kv_capacity_tokens,
+        "context_length": config.context_length,
         "chunked_prefill_size": profile.max_batch_tokens,
         "max_prefill_tokens": profile.max_batch_tokens,
         # Unlimited in the profile: every running request holds >= 2 tokens of KV.
@@ -117,7 +118,7 @@ async def list_models(request: web.Request) -> web.Response:
         "created": 0,
         "owned_by": "fairserve",
         "root": name,
-        "max_model_len": runtime.config.profile.kv_capacity_tokens,
+        "max_model_len": runtime.config.context_length,
     }
     return json_response({"object": "list", "data": [model]})
 
