@@ -1,0 +1,137 @@
+"""Bounded requests through a real router and real simulated workers (issue 18, items 2, 6
+and 12): what exceeds the model's context is refused by the router itself, quickly, with
+SGLang's and vLLM's kind of message; malformed and extreme bodies get a 400 that says what
+is wrong, from the router and from the worker alike, never a 500."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aiohttp
+import pytest
+
+from fairserve.worker.server import WorkerServer
+from tests.router.helpers import routed, sim_router
+from tests.worker.helpers import make_config, run, tiny_profile
+
+CONTEXT_TOKENS = 4096
+"""The tiny profile's KV capacity: the simulated worker's context length."""
+
+
+async def _post_raw(
+    session: aiohttp.ClientSession, url: str, data: bytes
+) -> tuple[int, dict[str, Any], float]:
+    started = time.perf_counter()
+    headers = {"Content-Type": "application/json"}
+    async with session.post(url, data=data, headers=headers) as resp:
+        text = await resp.text()
+        elapsed_s = time.perf_counter() - started
+    return resp.status, json.loads(text), elapsed_s
+
+
+def test_a_request_beyond_the_context_is_refused_by_the_router_within_50_ms() -> None:
+    async def body() -> None:
+        async with sim_router(count=2) as (server, session, _):
+            data = json.dumps({"prompt": "hello world", "max_tokens": CONTEXT_TOKENS}).encode()
+            elapsed: list[float] = []
+            for _ in range(30):
+                status, answer, elapsed_s = await _post_raw(session, "/v1/completions", data)
+                assert status == 400, answer
+                assert answer["error"]["message"].startswith(
+                    f"This model's maximum context length is {CONTEXT_TOKENS} tokens. However,"
+                    f" you requested {CONTEXT_TOKENS + 2} tokens (2 in the prompt, "
+                )
+                elapsed.append(elapsed_s)
+            assert statistics.median(elapsed) < 0.05, elapsed
+            # No worker was asked: the router never opened an upstream connection.
+            assert all(up.pool is None for up in server.router.upstreams.values())
+            fits = {"prompt": "hello world", "max_tokens": CONTEXT_TOKENS - 2}
+            status, answer, _ = await _post_raw(
+                session, "/v1/completions", json.dumps({**fits, "max_tokens": 3}).encode()
+            )
+            assert status == 200, answer
+
+    run(body())
+
+
+def test_the_router_uses_the_smallest_context_among_healthy_workers() -> None:
+    async def body() -> None:
+        async with AsyncExitStack() as stack:
+            urls = []
+            for capacity in (4096, 2048):
+                config = make_config(profile=tiny_profile(capacity), speed=200.0)
+                worker = WorkerServer(config, "127.0.0.1", 0)
+                await worker.start()
+                stack.push_async_callback(worker.stop)
+                urls.append(worker.url)
+            _, session = await stack.enter_async_context(routed(urls))
+            data = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 3000}})
+            status, answer, _ = await _post_raw(session, "/generate", data.encode())
+            assert status == 400
+            assert "maximum context length is 2048 tokens" in answer["error"]["message"]
+
+    run(body())
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+BAD_BODIES: list[tuple[str, bytes, str]] = [
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": ' + b"9" * 30 + b"}", "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 9223372036854775808}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 1e20}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": "1e20"}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 1000000000}', "maximum context"),
+    ("/generate", b'{"text": "hi", "sampling_params": {"max_new_tokens": 9223372036854775808}}',
+     "sampling_params.max_new_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "temperature": -1}', "temperature"),
+    ("/v1/completions", b'{"prompt": "hi", "temperature": NaN}', "NaN"),
+    ("/v1/chat/completions",
+     b'{"messages": [{"role": "user", "content": "hi"}], "top_p": Infinity}', "Infinity"),
+    ("/v1/completions", b'{"prompt": "hi", "routing_key": ' + _nested(5000) + b"}", "nested"),
+    ("/v1/completions", b'{"prompt": "hi", "stream": true, "x": ' + _nested(900) + b"}",
+     "nested"),
+    ("/generate", _nested(100_000), "nested"),
+    ("/v1/completions", b'{"prompt": "a\\ud800b"}', "prompt"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfff"}]}',
+     "messages[0].content"),
+    ("/v1/completions", b'{"prompt": "hi", "user": "\\ud800"}', "user"),
+    ("/generate", b'{"input_ids": [' + b"7," * 100_000 + b"7]}", "maximum context"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("lean_front", [True, False])
+def test_malformed_and_extreme_bodies_are_400_from_router_and_worker(lean_front: bool) -> None:
+    async def body() -> None:
+        async with sim_router(count=1, lean_front=lean_front) as (_, session, workers):
+            for path, data, expected in BAD_BODIES:
+                for base in ("", workers[0].url):
+                    status, answer, _ = await _post_raw(session, base + path, data)
+                    message = answer["error"]["message"]
+                    where = f"{base or 'router'}{path} {data[:60]!r}"
+                    assert status == 400, (where, status, message)
+                    assert expected in message, (where, message)
+                    assert "Traceback" not in message and "internal" not in message
+
+    run(body())
+
+
+def test_a_body_over_the_limit_is_413_on_both_fronts() -> None:
+    async def body() -> None:
+        for lean_front in (True, False):
+            async with sim_router(count=1, lean_front=lean_front, max_body_bytes=1000) as (
+                _,
+                session,
+                _,
+            ):
+                data = json.dumps({"prompt": "x" * 5000}).encode()
+                status, answer, _ = await _post_raw(session, "/v1/completions", data)
+                assert status == 413, answer
+                assert "the limit is 1000 bytes" in answer["error"]["message"]
+
+    run(body())
