@@ -2,7 +2,10 @@
 
 A :class:`Response` is a status, three headers that matter (``Content-Length``,
 ``Transfer-Encoding``, ``Connection``) and a body framed by a length, by ``chunked``
-encoding or by the end of the connection. Its connection feeds it bytes as they arrive;
+encoding or by the end of the connection. Heads and chunked bodies are parsed by the same
+strict rules as the lean front's requests (:mod:`fairserve.router.http11`): a malformed
+answer is an :class:`UpstreamError`, never a guess and never an exception out of the
+connection's ``data_received``. Its connection feeds it bytes as they arrive;
 the proxy reads the body whole (:meth:`Response.read`) or piece by piece as it comes
 (:meth:`Response.read_some`, for SSE).
 """
@@ -12,11 +15,12 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from fairserve.router.http11 import ChunkedDecoder, HeadError, parse_response_head
+
 READ_HIGH_WATER = 1 << 20
 """Body bytes buffered for the reader before reading from the worker pauses."""
 
 _LENGTH, _CHUNKED, _UNTIL_CLOSE = 0, 1, 2
-_CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _CHUNK_TRAILER = 0, 1, 2, 3
 
 
 class UpstreamError(Exception):
@@ -40,15 +44,14 @@ class Response:
     """Status, framing headers and the body of one answer."""
 
     __slots__ = (
+        "_chunks",
         "_conn",
         "_error",
         "_mode",
         "_paused",
         "_pending",
         "_pieces",
-        "_raw",
         "_remaining",
-        "_state",
         "_waiter",
         "content_type",
         "done",
@@ -65,8 +68,7 @@ class Response:
         self._conn: Carrier | None = None
         self._mode = _UNTIL_CLOSE
         self._remaining = 0
-        self._state = _CHUNK_SIZE
-        self._raw = b""
+        self._chunks: ChunkedDecoder | None = None
         self._pieces: list[bytes] = []
         self._pending = 0
         self._paused = False
@@ -151,6 +153,7 @@ class Response:
     def _frame(self, length: int | None, chunked: bool) -> None:
         if chunked:
             self._mode = _CHUNKED
+            self._chunks = ChunkedDecoder()
         elif length is not None:
             self._mode, self._remaining = _LENGTH, length
             if length == 0:
@@ -181,66 +184,36 @@ class Response:
             self._pending += len(data)
 
     def _feed_chunked(self, data: bytes) -> bytes:
-        buf = self._raw + data if self._raw else data
-        pos, end = 0, len(buf)
-        while pos < end and not self.done:
-            if self._state == _CHUNK_DATA:
-                take = min(self._remaining, end - pos)
-                self._add(buf[pos : pos + take])
-                pos += take
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._state = _CHUNK_CRLF
-                continue
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                break
-            line, pos = buf[pos:eol], eol + 2
-            if self._state == _CHUNK_SIZE:
-                size = int(line.split(b";", 1)[0].strip() or b"x", 16)
-                self._remaining = size
-                self._state = _CHUNK_DATA if size else _CHUNK_TRAILER
-            elif self._state == _CHUNK_CRLF:
-                self._state = _CHUNK_SIZE
-            elif not line:  # the empty line after the last chunk (and any trailers)
-                self.done = True
-        self._raw = buf[pos:] if not self.done else b""
-        return buf[pos:] if self.done else b""
+        assert self._chunks is not None
+        if self._error is not None:
+            return b""
+        try:
+            rest = self._chunks.feed(data, self._add)
+        except HeadError as exc:
+            conn = self._conn
+            self.fail(UpstreamError(f"malformed chunked body from the worker: {exc}"))
+            if conn is not None:
+                conn.close()  # the stream is out of sync: the connection cannot be reused
+            return b""
+        if rest is None:
+            return b""
+        self.done = True
+        return rest
 
     def fail(self, error: UpstreamError) -> None:
-        """The connection failed before the end of the body."""
-        if not self.done:
+        """The connection failed before the end of the body (the first reason stays)."""
+        if not self.done and self._error is None:
             self._error = error
         self._conn = None
         self.wake()
 
 
 def parse_head(head: bytes) -> Response:
-    """The answer a head announces (raises ValueError for a malformed one)."""
-    lines = head.split(b"\r\n")
-    status_line = lines[0]
-    if not status_line.startswith(b"HTTP/1.") or len(status_line) < 12:
-        raise ValueError(f"bad status line {status_line[:60]!r}")
-    status = int(status_line[9:12])
-    keep_alive = status_line[5:8] == b"1.1"
-    length: int | None = None
-    chunked = False
-    content_type = "application/json"
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        key = name.strip().lower()
-        if key == b"content-length":
-            length = int(value)
-            if length < 0:
-                raise ValueError("negative Content-Length")
-        elif key == b"transfer-encoding":
-            chunked = b"chunked" in value.lower()
-        elif key == b"connection":
-            token = value.strip().lower()
-            keep_alive = token == b"keep-alive" or (keep_alive and token != b"close")
-        elif key == b"content-type":
-            content_type = value.strip().decode("latin-1")
-    resp = Response(status, content_type, keep_alive)
+    """The answer a head announces (raises ValueError, a :class:`HeadError`, for a head
+    that breaks :mod:`~fairserve.router.http11`'s rules)."""
+    parsed = parse_response_head(head)
+    status, length, chunked = parsed.status, parsed.content_length, parsed.chunked
+    resp = Response(status, parsed.content_type, parsed.keep_alive)
     if status in (204, 304) or 100 <= status < 200:
         length, chunked = 0, False
     resp._frame(None if chunked else length, chunked)

@@ -27,6 +27,7 @@ import asyncio
 import http
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -34,7 +35,8 @@ from typing import TYPE_CHECKING, cast
 from multidict import CIMultiDict
 
 from fairserve.core.openai_api import ApiError, Route
-from fairserve.router import handlers, proxy
+from fairserve.router import guard, handlers, http11, proxy
+from fairserve.router.guard import ConnectionLimits
 
 if TYPE_CHECKING:
     from fairserve.router.service import Router
@@ -46,11 +48,11 @@ ROUTES: dict[bytes, Route] = {
     b"/v1/completions": "completions",
     b"/generate": "generate",
 }
-MAX_HEAD_BYTES = 8190
-IDLE_TIMEOUT_S = 75.0
-"""Close a connection without a request in progress for this long (aiohttp's keep-alive)."""
-"""A longer request head goes to aiohttp (which answers 400 or 431 as it sees fit)."""
-_HAND_OVER_HEADERS = (b"transfer-encoding", b"expect", b"upgrade")
+MAX_HEAD_BYTES = http11.MAX_FIELD_BYTES
+"""A longer request head goes to aiohttp (which serves it or answers 400 by its limits)."""
+_HAND_OVER = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
+_QUERY = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*")
+"""Query strings the front serves (RFC 3986 query characters); others go to aiohttp."""
 _SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 
 
@@ -59,19 +61,27 @@ class Front:
 
     Connections idle for ``idle_timeout_s`` (no request in progress; a request whose bytes
     stopped arriving counts as idle) are closed by one periodic sweep, as aiohttp closes
-    idle keep-alive connections, so that leaked client connections do not pile up."""
+    idle keep-alive connections, so that leaked client connections do not pile up and a
+    client trickling its request (slowloris) holds its socket for a bounded time; one whose
+    body was still arriving gets 408 first. At most ``max_connections`` are open (those
+    handed to aiohttp included): past it the longest-idle one is closed to admit a new
+    one, and when every one is busy the new one gets 503 and is closed."""
 
     def __init__(
         self,
         router: Router,
         fallback: Callable[[], asyncio.Protocol],
-        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        limits: ConnectionLimits | None = None,
     ) -> None:
+        limits = limits or ConnectionLimits()
         self.router = router
         self.fallback = fallback
         """aiohttp's protocol factory (``web.Server``), for the requests handed over."""
         self.max_body_bytes = router.config.max_body_bytes
-        self.idle_timeout_s = idle_timeout_s
+        self.idle_timeout_s = limits.idle_timeout_s
+        self.max_connections = limits.max_connections
+        self.refused = 0
+        """Connections answered 503 because every open one was busy."""
         self.connections: set[FrontConnection] = set()
         self.handed_over = 0
         self._sweeper: asyncio.TimerHandle | None = None
@@ -95,8 +105,21 @@ class Front:
     def _sweep(self) -> None:
         deadline_s = time.monotonic() - self.idle_timeout_s
         for conn in [c for c in self.connections if c.idle_since_s < deadline_s]:
-            conn.close()
+            conn.time_out()
         self._arm()
+
+    def admit(self, conn: FrontConnection) -> bool:
+        """Count a new connection in, making room at the cap; False: refused (503)."""
+        handed_over = len(getattr(self.fallback, "connections", ()))
+        if len(self.connections) + handed_over >= self.max_connections:
+            idle = [c for c in self.connections if not c.busy]
+            if not idle:
+                self.refused += 1
+                conn.refuse(ApiError(503, "too many open connections; try again later"))
+                return False
+            min(idle, key=lambda c: c.idle_since_s).close()
+        self.connections.add(conn)
+        return True
 
 
 class _Head:
@@ -146,7 +169,7 @@ class FrontConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.front.connections.add(self)
+        self.front.admit(self)
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
@@ -186,12 +209,31 @@ class FrontConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    @property
+    def busy(self) -> bool:
+        """A request is being served."""
+        return self._task is not None
+
+    def time_out(self) -> None:
+        """Close an idle connection; a request whose head arrived but whose body did not
+        gets 408 first (as on the aiohttp path)."""
+        if self._head is not None and not self.busy:
+            self._keep_alive, self._http10, self._started = False, self._head.http10, False
+            self._error(guard.timed_out(), close=True)
+        self.close()
+
+    def refuse(self, exc: ApiError) -> None:
+        """Answer ``exc`` before any request and close."""
+        self._keep_alive = False
+        self._error(exc, close=True)
+        self.close()
+
     # ------------------------------------------------------------------ requests
     def _next(self) -> None:
         """Start serving the next complete request in the buffer, if any."""
         head = self._head
         if head is None:
-            end = self._buf.find(b"\r\n\r\n")
+            end = self._buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
             if end < 0:
                 if len(self._buf) > MAX_HEAD_BYTES:
                     self._hand_over()
@@ -348,38 +390,23 @@ class FrontConnection(asyncio.Protocol):
 
 
 def _parse_head(head: bytes, start: int, max_body_bytes: int) -> _Head | None:
-    """The request head if the front serves it, else None (aiohttp will)."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[0] != b"POST":
+    """The request head if the front serves it, else None (aiohttp will: a head that breaks
+    :mod:`~fairserve.router.http11`'s rules gets aiohttp's 400, so both paths refuse
+    alike)."""
+    try:
+        parsed = http11.parse_request_head(head)
+    except http11.HeadError:
         return None
-    route = ROUTES.get(parts[1].partition(b"?")[0])
-    version = parts[2]
-    if route is None or version not in (b"HTTP/1.1", b"HTTP/1.0"):
+    if parsed.method != b"POST":
         return None
-    length: int | None = None
-    connection = b""
-    pairs: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name[-1:] in b" \t" or name[:1] in b" \t":
-            return None  # malformed, or an obsolete folded line
-        key = name.lower()
-        value = value.strip()
-        if key == b"content-length":
-            if length is not None or not value.isdigit():
-                return None
-            length = int(value)
-        elif key == b"connection":
-            connection = value.lower()
-        elif key in _HAND_OVER_HEADERS:
-            return None
-        pairs.append((name.decode("latin-1"), value.decode("utf-8", "surrogateescape")))
-    if length is None or length > max_body_bytes:
+    path, query_sep, query = parsed.target.partition(b"?")
+    route = ROUTES.get(path)
+    if route is None or (query_sep and not _QUERY.fullmatch(query)):
         return None
-    http10 = version == b"HTTP/1.0"
-    keep_alive = b"keep-alive" in connection if http10 else b"close" not in connection
-    return _Head(route, CIMultiDict(pairs), start, length, http10, keep_alive)
+    length = parsed.content_length
+    if length is None or length > max_body_bytes or not parsed.names.isdisjoint(_HAND_OVER):
+        return None
+    return _Head(route, parsed.headers, start, length, parsed.http10, parsed.keep_alive)
 
 
 _REASONS: dict[int, bytes] = {s.value: s.phrase.encode() for s in http.HTTPStatus}

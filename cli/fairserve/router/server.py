@@ -8,6 +8,10 @@ tests exercise the same sockets and shutdown path as production.
   aiohttp application (all routes, same handlers); ``RouterConfig.lean_front=False``
   serves everything with aiohttp.
 
+* Requests must arrive in time and connections are capped (``router.guard``, slowloris):
+  the front's sweep and aiohttp's keep-alive timeout close connections whose head does not
+  arrive, a body read bounded in time answers 408, and ``Expect: 100-continue`` for an
+  oversize body gets 413 at once on both paths.
 * Handlers are cancelled when their client disconnects (``handler_cancellation``): the
   proxy then aborts the upstream request.
 * The socket is bound here, so ``port=0`` works and "address in use" is one clear error.
@@ -25,29 +29,40 @@ import socket
 from aiohttp import web
 
 from fairserve.core.errors import FairserveError
-from fairserve.router import handlers
+from fairserve.router import guard, handlers
 from fairserve.router.config import RouterConfig
 from fairserve.router.front import Front
+from fairserve.router.guard import ConnectionLimits
 from fairserve.router.service import Router
 
 log = logging.getLogger("fairserve.router")
 
 
-def build_app(router: Router, url_holder: list[str]) -> web.Application:
+def build_app(
+    router: Router, url_holder: list[str], limits: ConnectionLimits | None = None
+) -> web.Application:
+    limits = limits or ConnectionLimits()
+    max_body_bytes = router.config.max_body_bytes
     app = web.Application(
-        middlewares=[handlers.errors], client_max_size=router.config.max_body_bytes
+        middlewares=[handlers.errors, guard.body_deadline(limits.idle_timeout_s)],
+        client_max_size=max_body_bytes,
     )
     app[handlers.ROUTER] = router
     app[handlers.URL] = url_holder
-    app.add_routes(handlers.routes())
+    expect = guard.expect_within_limit(max_body_bytes)
+    app.add_routes(
+        web.RouteDef(d.method, d.path, d.handler, {"expect_handler": expect, **d.kwargs})
+        for d in handlers.routes()
+    )
     return app
 
 
 class RouterServer:
     """One router listening on ``config.host:config.port`` (port 0: any free port)."""
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(self, config: RouterConfig, limits: ConnectionLimits | None = None) -> None:
         self.config = config
+        self.limits = limits or ConnectionLimits()
         self.host = config.host
         self.port = config.port
         self.router = Router(config)
@@ -70,15 +85,16 @@ class RouterServer:
         try:
             await self.router.start()
             self._runner = web.AppRunner(
-                build_app(self.router, self._url),
+                build_app(self.router, self._url, self.limits),
                 handler_cancellation=True,
                 access_log=None,
                 shutdown_timeout=1.0,
+                **self.limits.runner_options(),
             )
             await self._runner.setup()
             if self.config.lean_front:
                 assert self._runner.server is not None
-                self.front = Front(self.router, self._runner.server)
+                self.front = Front(self.router, self._runner.server, self.limits)
                 loop = asyncio.get_running_loop()
                 self._server = await loop.create_server(self.front, sock=sock, backlog=1024)
             else:
