@@ -7,14 +7,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairserve.router.server import bind
-from fairserve.worker import admin
-from fairserve.worker.config import WorkerConfig, build_engine
-from fairserve.worker.runtime import WorkerRuntime
-from fairserve.worker.server import build_app
+from fairserve.worker.config import WorkerConfig
+from tests.api.servers import serving_beyond_loopback
 from tests.worker.helpers import (
     get_json,
     make_config,
@@ -243,26 +239,12 @@ def test_flush_cache_empties_the_cache_and_logs_a_flush() -> None:
 
 
 @asynccontextmanager
-async def serving_beyond_loopback(config: WorkerConfig) -> AsyncIterator[aiohttp.ClientSession]:
-    """A worker told that it listens on ``0.0.0.0`` (the admin rule's input) whose socket
-    stays on 127.0.0.1: the tests never listen beyond loopback."""
-    runtime = WorkerRuntime(config, build_engine)
-    runtime.start()
-    app = build_app(runtime)
-    app[admin.LISTEN_HOST] = "0.0.0.0"
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    sock = bind("127.0.0.1", 0, role="worker")
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    await web.SockSite(runner, sock).start()
-    try:
-        async with aiohttp.ClientSession(
-            base_url=url, timeout=aiohttp.ClientTimeout(total=10)
-        ) as session:
+async def beyond_loopback(config: WorkerConfig) -> AsyncIterator[aiohttp.ClientSession]:
+    """A session to a worker that believes it listens beyond loopback (``tests.api.servers``)."""
+    async with serving_beyond_loopback(config) as (url, _):
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(base_url=url, timeout=timeout) as session:
             yield session
-    finally:
-        await runner.cleanup()
-        await runtime.stop()
 
 
 def test_control_beyond_loopback_needs_the_admin_token() -> None:
@@ -271,7 +253,7 @@ def test_control_beyond_loopback_needs_the_admin_token() -> None:
     auth = {"Authorization": "Bearer s3cret"}
 
     async def body() -> None:
-        async with serving_beyond_loopback(make_config(admin_token="s3cret")) as session:
+        async with beyond_loopback(make_config(admin_token="s3cret")) as session:
             calls: tuple[tuple[str, str, dict[str, Any] | None], ...] = (
                 ("POST", "/abort_request", {"rid": "nobody"}),
                 ("POST", "/abort_request", {"abort_all": True}),
@@ -292,7 +274,7 @@ def test_control_beyond_loopback_needs_the_admin_token() -> None:
 
 def test_beyond_loopback_without_a_token_every_write_is_refused() -> None:
     async def body() -> None:
-        async with serving_beyond_loopback(make_config()) as session:
+        async with beyond_loopback(make_config()) as session:
             writes: tuple[tuple[str, str, dict[str, Any]], ...] = (
                 ("POST", "/abort_request", {"abort_all": True}),
                 ("POST", "/flush_cache", {}),

@@ -40,6 +40,11 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return token
 
 
+def admin_headers(token: str | None) -> dict[str, str]:
+    """The header that carries ``token`` on a write (none without a token)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def is_loopback_host(host: str) -> bool:
     """Whether a listening address reaches this machine only (``127.0.0.0/8``, ``::1``,
     ``localhost``); a wildcard (``0.0.0.0``, ``::``), a name or any other address does not."""

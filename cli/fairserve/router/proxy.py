@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+from fairserve.api.auth import admin_headers
 from fairserve.core.errors import RequestRejected
 from fairserve.core.openai_api import APP_HEADER, CLIENT_HEADER, ApiError, Route, error_body
 from fairserve.core.types import Request
@@ -348,6 +349,7 @@ async def _abort_upstream(router: Router, worker: str, rid: str) -> None:
         async with router.session.post(
             worker + "/abort_request",
             json={"rid": rid},
+            headers=admin_headers(router.config.admin_token),  # beyond loopback: required
             timeout=aiohttp.ClientTimeout(total=ABORT_TIMEOUT_S),
         ) as resp:
             await resp.read()
