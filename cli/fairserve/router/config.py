@@ -30,6 +30,12 @@ DEFAULT_METRICS_MAX_CLIENTS = 100
 """Client names (besides the clients file's) with their own Prometheus label; the others
 are summed under ``other`` (see ``router.metrics``)."""
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
+DEFAULT_FIRST_BYTE_TIMEOUT_S = 300.0
+"""Sized for a request that waits in a full engine's queue, not for a hung worker: those are
+found by the health check, whose ejection fails the worker's unanswered requests at once."""
+DEFAULT_STALL_TIMEOUT_S = 30.0
+DEFAULT_OUTLIER_FAILURES = 3
+DEFAULT_OUTLIER_COOLDOWN_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,14 @@ class RouterConfig:
     sample_interval_s: float = 1.0
     connect_timeout_s: float = 2.0
     request_timeout_s: float = 600.0
+    first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
+    """A streamed answer's first byte of body must arrive within this (queueing included)."""
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    """A streamed answer that sent nothing for this long has stalled (decode steps are ms)."""
+    outlier_failures: int = DEFAULT_OUTLIER_FAILURES
+    """Consecutive failed answers (5xx, invalid, reset, stalled) that eject a worker."""
+    outlier_cooldown_s: float = DEFAULT_OUTLIER_COOLDOWN_S
+    """A worker ejected for failures is not reinstated before this (doubled per repeat)."""
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     extension_urls: Mapping[str, str] = field(default_factory=dict)
     """Worker URL -> base URL of its fairserve extension, for engines that serve it on a
@@ -101,6 +115,7 @@ class RouterConfig:
         _positive_int("--queue-cap", self.queue_cap)
         _positive_int("--max-body-bytes", self.max_body_bytes)
         _positive_int("--max-outstanding-per-worker", self.max_outstanding_per_worker)
+        _positive_int("--outlier-failures", self.outlier_failures)
         if (
             isinstance(self.metrics_max_clients, bool)
             or not isinstance(self.metrics_max_clients, int)
@@ -132,6 +147,9 @@ class RouterConfig:
             "sample_interval_s",
             "connect_timeout_s",
             "request_timeout_s",
+            "first_byte_timeout_s",
+            "stall_timeout_s",
+            "outlier_cooldown_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -54,18 +54,30 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         """It carried a whole exchange before (so the worker may have closed it while idle)."""
         self.deadline_s = math.inf
+        self.progress_deadline_s = math.inf
+        """When the next byte of the answer's body must have arrived (streams only)."""
+        self.body_seen = False
         self._head = b""
         self._head_waiter: asyncio.Future[Response] | None = None
         self._resp: Response | None = None
 
     # ------------------------------------------------------------------ use
-    def send(self, data: bytes, deadline_s: float) -> asyncio.Future[Response]:
+    def send(
+        self, data: bytes, deadline_s: float, first_byte_deadline_s: float = math.inf
+    ) -> asyncio.Future[Response]:
         """Write one request; the future resolves with the answer's head."""
         assert self.transport is not None
         waiter = self._head_waiter = asyncio.get_running_loop().create_future()
         self.deadline_s = deadline_s
+        self.progress_deadline_s = first_byte_deadline_s
+        self.body_seen = False
         self.transport.write(data)
         return waiter
+
+    @property
+    def answered(self) -> bool:
+        """The answer's head arrived (the worker is working on it, not hung before it)."""
+        return self._resp is not None
 
     def close(self) -> None:
         if not self.closed:
@@ -97,6 +109,9 @@ class _Connection(asyncio.Protocol):
             resp = self._resp
             if resp is None:
                 return
+        if data and self.progress_deadline_s != math.inf:
+            self.body_seen = True
+            self.progress_deadline_s = self.pool.clock() + self.pool.stall_timeout_s
         rest = resp.feed(data) if data else b""
         if resp.done:
             self._finished(resp, rest)
@@ -148,6 +163,7 @@ class _Connection(asyncio.Protocol):
         self._resp = None
         resp.finish()
         self.deadline_s = math.inf
+        self.progress_deadline_s = math.inf
         self.reused = True
         if resp.keep_alive and not rest and not self.closed:
             self.pool.give_back(self)
@@ -174,6 +190,7 @@ class Pool:
         connect_timeout_s: float,
         request_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
+        stall_timeout_s: float = math.inf,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
@@ -184,9 +201,10 @@ class Pool:
         self.host_header = parts.netloc.encode("idna")
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self.opened = 0
         """Connections opened so far (tests check reuse with it)."""
-        self._clock = clock
+        self.clock = clock
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
         self._sweeper: asyncio.TimerHandle | None = None
@@ -200,9 +218,20 @@ class Pool:
             + b"\r\nContent-Type: application/json\r\n"
         )
 
-    async def post(self, head: bytes, headers: bytes, body: bytes) -> Response:
+    async def post(
+        self,
+        head: bytes,
+        headers: bytes,
+        body: bytes,
+        first_byte_timeout_s: float = math.inf,
+    ) -> Response:
         """Send ``head`` (from :meth:`head`), extra header lines and ``body``; the answer
-        once its head arrived. Raises :class:`UpstreamError`."""
+        once its head arrived. Raises :class:`UpstreamError`.
+
+        ``first_byte_timeout_s`` (streams): the first byte of the answer's body must come
+        within it, and from then on a byte every ``stall_timeout_s``; otherwise the request
+        fails as stalled (the caller ejects the worker and, if nothing reached the client
+        yet, retries elsewhere)."""
         data = b"%b%bContent-Length: %d\r\n\r\n%b" % (head, headers, len(body), body)
         while True:
             conn = self._take()
@@ -211,7 +240,8 @@ class Pool:
             self._busy.add(conn)
             if self._sweeper is None:
                 self._arm_sweeper()
-            waiter = conn.send(data, self._clock() + self.request_timeout_s)
+            now = self.clock()
+            waiter = conn.send(data, now + self.request_timeout_s, now + first_byte_timeout_s)
             try:
                 return await waiter
             except _Stale:
@@ -255,6 +285,14 @@ class Pool:
     def forget(self, conn: _Connection) -> None:
         self._busy.discard(conn)
 
+    def fail_unanswered(self, reason: str) -> int:
+        """Fail the requests whose answer has not begun (the worker was ejected: they are
+        retried elsewhere rather than wait for it); returns how many."""
+        waiting = [c for c in self._busy if not c.answered]
+        for conn in waiting:
+            conn.fail(UpstreamError(reason, unreachable=True))
+        return len(waiting)
+
     def close(self) -> None:
         """Close every connection (router shutdown)."""
         self._closed = True
@@ -268,15 +306,21 @@ class Pool:
     # ------------------------------------------------------------------ deadlines
     def _arm_sweeper(self) -> None:
         if self._sweeper is None and not self._closed:
-            period_s = min(1.0, self.request_timeout_s / 4)
+            period_s = min(1.0, self.request_timeout_s / 4, self.stall_timeout_s / 4)
             self._sweeper = asyncio.get_running_loop().call_later(period_s, self._sweep)
 
     def _sweep(self) -> None:
         """Fail the requests past their deadline; re-arms itself while any is in flight."""
         self._sweeper = None
-        now = self._clock()
+        now = self.clock()
         for conn in [c for c in self._busy if c.deadline_s <= now]:
             conn.fail(UpstreamError("timed out", unreachable=True))
+        for conn in [c for c in self._busy if c.progress_deadline_s <= now]:
+            if conn.body_seen:
+                reason = f"stalled: no byte of the stream for {self.stall_timeout_s:g}s"
+            else:
+                reason = "stalled: no first byte within the first-byte timeout"
+            conn.fail(UpstreamError(reason, unreachable=True))
         if self._busy:
             self._arm_sweeper()
 

@@ -18,6 +18,7 @@ for nobody.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -34,7 +35,7 @@ from fairserve.router.answer import AiohttpResponder, Responder
 from fairserve.router.fairqueue import FairQueue
 from fairserve.router.framing import Response, UpstreamError
 from fairserve.router.pool import Pool, header_value
-from fairserve.router.relay import SseRelay, complete_body
+from fairserve.router.relay import InvalidAnswer, SseRelay, complete_body
 from fairserve.router.upstream import Upstream
 from fairserve.sched.dispatch.base import NoWorkerAvailable
 
@@ -76,6 +77,11 @@ class Call:
     posted: bool = False
     """The current attempt's request may have reached its worker."""
     ended: bool = False
+    bad_gateway: bool = False
+    """The last attempt reached a worker that answered badly (502 if none is left)."""
+    broken: str | None = None
+    """Why the worker's answer broke off after the client got part of it (no retry then;
+    it still counts against the worker)."""
     credited_prompt: int = 0
     """Prompt tokens already credited to the client live (at the first streamed token)."""
     credited_output: int = 0
@@ -100,12 +106,16 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
             worker = _choose(router, call, last_error)
             try:
                 await _attempt(router, call, worker, out)
-                return
             except UpstreamFailed as exc:
                 last_error = f"{worker}: {exc}"
-                router.accounting.worker(worker).failures += 1
-                if exc.unreachable:
-                    router.eject(worker, str(exc))
+                call.bad_gateway = not exc.unreachable
+                router.answer_failed(worker, str(exc), exc.unreachable)
+                continue
+            if call.broken is None:
+                router.answer_ok(worker)
+            else:
+                router.answer_failed(worker, call.broken, call.broken.startswith("stalled"))
+            return
     finally:
         if not call.ended:
             _end(router, call, "aborted")
@@ -120,7 +130,8 @@ def _choose(router: Router, call: Call, last_error: str) -> str:
     except NoWorkerAvailable:
         if call.tried:
             _end(router, call, "failed")
-            raise ApiError(503, f"every worker tried failed; last error: {last_error}") from None
+            status = 502 if call.bad_gateway else 503
+            raise ApiError(status, f"every worker tried failed; last error: {last_error}") from None
         _end(router, call, "failed")
         raise ApiError(
             503, "no healthy worker is available", headers={"Retry-After": "1"}
@@ -170,15 +181,21 @@ async def _wait_queue(router: Router, call: Call, queue: FairQueue) -> None:
 
 async def _send(router: Router, up: Upstream, call: Call) -> Response:
     pool = up.pool
+    cfg = router.config
     if pool is None:
-        cfg = router.config
-        pool = up.pool = Pool(up.url, cfg.connect_timeout_s, cfg.request_timeout_s)
+        pool = up.pool = Pool(
+            up.url,
+            cfg.connect_timeout_s,
+            cfg.request_timeout_s,
+            stall_timeout_s=cfg.stall_timeout_s,
+        )
     head = up.heads.get(call.route)
     if head is None:
         head = up.heads[call.route] = pool.head(PATHS[call.route])
     call.posted = True
     try:
-        resp = await pool.post(head, _identity_headers(call), call.payload)
+        first_byte_s = cfg.first_byte_timeout_s if call.stream else math.inf
+        resp = await pool.post(head, _identity_headers(call), call.payload, first_byte_s)
     except UpstreamError as exc:
         raise UpstreamFailed(str(exc), unreachable=exc.unreachable) from None
     if resp.status >= 500:
@@ -213,12 +230,18 @@ async def _relay(router: Router, call: Call, resp: Response, out: Responder) -> 
         out.answer(resp.status, body)
         return "failed"
     if call.stream:
+        if not resp.content_type.startswith("text/event-stream"):
+            resp.close()
+            raise UpstreamFailed(f"invalid answer: {resp.content_type or 'no type'}, not a stream")
         return await _relay_stream(router, call, resp, out)
     try:
         data = await resp.read()
     except UpstreamError as exc:
         raise UpstreamFailed(f"answer cut off: {exc}") from None
-    data, usage = complete_body(data, call.route, call.req.input_tokens)
+    try:
+        data, usage = complete_body(data, call.route, call.req.input_tokens)
+    except InvalidAnswer as exc:
+        raise UpstreamFailed(f"invalid answer: {exc}") from None
     latency = time.monotonic() - call.start_s
     _finish(router, call, usage, latency, latency)
     out.answer(200, data)
@@ -243,6 +266,7 @@ async def _relay_stream(router: Router, call: Call, resp: Response, out: Respond
     except UpstreamError as exc:
         if not call.sent:
             raise UpstreamFailed(f"stream cut off: {exc}") from None
+        call.broken = str(exc)
         error = ApiError(502, f"the worker's stream broke off: {exc}")
         await out.write(b"data: " + json.dumps(error_body(error)).encode() + b"\n\n")
         await out.write_eof()

@@ -62,13 +62,21 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
     }
 
 
+class InvalidAnswer(ValueError):
+    """A worker's 200 answer that is not what the API promises (an HTML error page, broken
+    JSON): never relayed to the client; the router tries another worker or answers 502."""
+
+
 def complete_body(data: bytes, route: Route, prompt_tokens: int) -> tuple[bytes, Usage]:
     """A non-streamed answer with its usage; ``usage`` is added when the upstream left it
-    out (completion tokens counted with the router's tokenizer)."""
+    out (completion tokens counted with the router's tokenizer). Raises
+    :class:`InvalidAnswer` for a body that is not a JSON object."""
     try:
         payload = json.loads(data.decode())  # UTF-8, as workers send: no encoding sniffing
-    except (ValueError, UnicodeDecodeError):
-        return data, Usage(prompt_tokens, 0, 0)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidAnswer(f"a {len(data)}-byte body that is not JSON") from None
+    if not isinstance(payload, dict):
+        raise InvalidAnswer(f"JSON that is not an object ({type(payload).__name__})")
     usage = usage_of(payload, route)
     if usage is not None:
         return data, usage

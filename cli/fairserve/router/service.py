@@ -204,6 +204,31 @@ class Router:
         if self.prober is not None:
             self.prober.mark_down(self.upstreams[worker], reason)
 
+    def answer_failed(self, worker: str, reason: str, unreachable: bool) -> None:
+        """Passive outlier detection: a worker that could not be reached is ejected at once;
+        one that answers badly (5xx, invalid answers, broken or stalled streams) after
+        ``outlier_failures`` in a row, and is then held out for ``outlier_cooldown_s``,
+        doubled per repeat (max 5 min), even if its ``/health`` says ok."""
+        up = self.upstreams[worker]
+        self.accounting.worker(worker).failures += 1
+        up.failed_answers += 1
+        if unreachable:
+            self.eject(worker, reason)
+        elif up.failed_answers >= self.config.outlier_failures and up.healthy:
+            hold_s = min(300.0, self.config.outlier_cooldown_s * 2**up.outlier_ejections)
+            up.outlier_ejections += 1
+            up.hold_until_s = time.monotonic() + hold_s
+            self.eject(
+                worker,
+                f"{up.failed_answers} failed answers in a row (held out {hold_s:g}s); "
+                f"last: {reason}",
+            )
+
+    def answer_ok(self, worker: str) -> None:
+        up = self.upstreams[worker]
+        up.failed_answers = 0
+        up.outlier_ejections = 0
+
     def _worker_up(self, up: Upstream) -> None:
         # A worker that comes (back) up has an empty cache as far as we can know.
         self.dispatcher.on_evict(up.url, b"")
@@ -229,7 +254,11 @@ class Router:
                 self.spawn(self._forward_weight(up, client, weight))
 
     def _worker_down(self, up: Upstream) -> None:
-        """Nothing to undo: in-flight requests fail and are retried by their handlers."""
+        """Requests still waiting for the worker's first answer byte fail now (their
+        handlers retry them elsewhere) instead of waiting for a worker judged gone;
+        answers already under way go on."""
+        if up.pool is not None:
+            up.pool.fail_unanswered(f"the worker was ejected: {up.last_error}")
 
     async def poll_evictions(self) -> None:
         assert self.session is not None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -51,6 +52,14 @@ class Upstream:
     ejections: int = 0
     reinstatements: int = 0
     consecutive_failures: int = 0
+    """Failed health checks in a row."""
+    failed_answers: int = 0
+    """Proxied requests in a row that failed on this worker (5xx, invalid, reset, stalled):
+    passive outlier detection ejects it at ``outlier_failures``."""
+    outlier_ejections: int = 0
+    """Ejections for failed answers since the last good one (each doubles the hold)."""
+    hold_until_s: float = 0.0
+    """A worker ejected for failed answers is not reinstated before this (monotonic)."""
     last_error: str | None = None
     pool: Pool | None = None
     """Keep-alive connections of the proxied requests (opened at the first one)."""
@@ -98,6 +107,8 @@ class HealthProber:
                 error = None if ok else f"/health answered {resp.status}"
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             ok, error = False, _describe(exc)
+        if ok and not up.healthy and time.monotonic() < up.hold_until_s:
+            return False  # ejected for failed answers: /health alone does not vouch for it
         if ok and not up.healthy:
             try:
                 await self.discover(up)
