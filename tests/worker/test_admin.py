@@ -44,7 +44,8 @@ def test_health_info_and_models() -> None:
                 assert status == 200
                 assert info["max_total_num_tokens"] == 4096
                 assert info["chunked_prefill_size"] == 512
-                assert info["max_running_requests"] == 2048
+                # The bounded running batch (the tiny profile's knee, capped at 1024).
+                assert info["max_running_requests"] == 1024
                 assert info["model_path"] == "sim-8b"
                 assert info["fairserve"] == {
                     "engine": "sim",

@@ -60,9 +60,35 @@ class WorkerConfig:
         return EngineConfig(
             kv_capacity_tokens=self.profile.kv_capacity_tokens,
             max_batch_tokens=self.profile.max_batch_tokens,
-            max_running_requests=self.profile.max_running_requests,
+            max_running_requests=max_running_requests(self.profile),
             batching=self.batching,
         )
+
+
+MIN_RUNNING_REQUESTS = 32
+MAX_RUNNING_REQUESTS = 1024
+
+
+def max_running_requests(profile: Profile) -> int:
+    """How many requests the worker runs at once: the profile's value, else the batch knee.
+
+    SGLang bounds its running batch (``--max-running-requests``, the KV pool, the token
+    budget), so under overload requests queue and the running ones keep finishing. An
+    unbounded simulated worker instead admits everything the KV pool holds (hundreds of
+    thousands of requests): every decode step then takes seconds and nothing finishes.
+    The default is the knee of the profile's batch-time line, the batch at which a decode
+    step takes twice as long as a one-request step (``b0 + (c + overhead) / a``): beyond
+    it each added request slows every running one more than it adds throughput. For the
+    shipped profiles that is 233 to 623; it is kept within [32, 1024]. The simulator
+    (``fairserve simulate``) keeps the profile's own value, so its records do not change.
+    """
+    if profile.max_running_requests is not None:
+        return profile.max_running_requests
+    step_s = profile.c_s + profile.step_overhead_s
+    if profile.a_s_per_token <= 0:
+        return MAX_RUNNING_REQUESTS
+    knee = profile.b0_tokens + step_s / profile.a_s_per_token
+    return int(min(MAX_RUNNING_REQUESTS, max(MIN_RUNNING_REQUESTS, round(knee))))
 
 
 def build_policy(config: WorkerConfig) -> LocalPolicy:

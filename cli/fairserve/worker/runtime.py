@@ -365,7 +365,8 @@ class WorkerRuntime:
                 "model": profile.model,
                 "kv_capacity_tokens": profile.kv_capacity_tokens,
                 "max_batch_tokens": profile.max_batch_tokens,
-                "max_running_requests": profile.max_running_requests,
+                # What the worker enforces: the profile's value or the batch-knee default.
+                "max_running_requests": engine.config.max_running_requests,
             },
             "batching": self.config.batching,
             "speed": self.config.speed,
