@@ -27,10 +27,8 @@ import pytest
 
 from fairserve.api import paths
 from fairserve.sched.local.base import LocalPolicy
-from fairserve.sglang import hooks
-from fairserve.sglang.extension import ExtensionServer
 from fairserve.worker.server import WorkerServer
-from tests.sglang.conftest import make_host
+from tests.api.servers import sglang_extension
 from tests.worker.helpers import make_config
 
 TOKEN = "s3cret"
@@ -85,31 +83,13 @@ def sim_worker(token: str | None) -> Iterator[Served]:
 
 
 @contextmanager
-def sglang_extension(token: str | None) -> Iterator[Served]:
-    """The plugin's extension server on 127.0.0.1 and the leader's scheduler iterations."""
-    host = make_host("dlpm", quantum=QUANTUM)
-    hooks.install_host(host)
-    server = ExtensionServer(host, "127.0.0.1", 0, admin_token=token, apply_timeout_s=5)
-    stop = threading.Event()
-
-    def iterations() -> None:  # poll (send the changes), then process the inputs
-        while not stop.wait(0.005):
-            hooks.apply_controls(object(), hooks.leader_poll([], object()) or [])
-
-    loop = threading.Thread(target=iterations, name="scheduler", daemon=True)
-    server.start()
-    loop.start()
-    try:
-        yield Served(server.url, lambda: host.policy)
-    finally:
-        stop.set()
-        loop.join(timeout=10)
-        server.stop()
-        hooks.install_host(None)
+def plugin_extension(token: str | None) -> Iterator[Served]:
+    with sglang_extension(token, QUANTUM) as (url, host):
+        yield Served(url, lambda: host.policy)
 
 
 def serve(kind: str, token: str | None = TOKEN) -> Any:
-    return sim_worker(token) if kind == "sim" else sglang_extension(token)
+    return sim_worker(token) if kind == "sim" else plugin_extension(token)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
