@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from fairserve.api.jsonsafe import dumps as dumps  # JSON text under the one non-finite rule
-from fairserve.api.jsonsafe import json_safe as json_safe
 from fairserve.core.openai_api import error_body as error_body  # re-exported for handlers
 from fairserve.worker.runtime import Ticket
 
