@@ -75,7 +75,11 @@ def worker(
         typer.Option(
             "--admin-token",
             envvar="FAIRSERVE_ADMIN_TOKEN",
-            help="Require 'Authorization: Bearer TOKEN' to change the quantum.",
+            help=(
+                "Require 'Authorization: Bearer TOKEN' for writes (quantum, weights; "
+                "/abort_request and /flush_cache beyond loopback). Without a token, writes "
+                "are accepted only while --host is a loopback address."
+            ),
         ),
     ] = None,
 ) -> None:
