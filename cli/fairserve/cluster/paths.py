@@ -16,6 +16,7 @@ from pathlib import Path
 
 APP = "fairserve"
 RUN_FILE_NAME = "run.json"
+SETTINGS_FILE_NAME = "settings.json"
 
 
 def state_dir() -> Path:
@@ -31,6 +32,12 @@ def run_file_path() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
     root = Path(runtime) / APP if os.path.isabs(runtime) else state_dir()
     return root / RUN_FILE_NAME
+
+
+def settings_file_path() -> Path:
+    """Weights and quanta changed live (``router.persist``), beside the run file: a new
+    ``launch`` restores them."""
+    return run_file_path().parent / SETTINGS_FILE_NAME
 
 
 def new_run_dir() -> Path:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from fairserve.cluster.engine import check_sglang, detect, gpu_groups, parse_gpu_ids
+from fairserve.cluster.paths import settings_file_path
 from fairserve.core.errors import ConfigError
 from fairserve.router.config import (
     DEFAULT_DRAIN_TIMEOUT_S,
@@ -158,6 +159,7 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         metrics_max_clients=options.metrics_max_clients,
         drain_timeout_s=options.drain_timeout_s,
         trust_identity_header=options.trust_identity_header,
+        settings_path=str(settings_file_path()),
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
     if not dry_run:

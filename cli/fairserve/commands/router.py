@@ -99,6 +99,15 @@ def router(
         typer.Option("--trace", metavar="FILE", help="Record a request trace (JSON lines)."),
     ] = None,
     drain_timeout: opts.DrainTimeout = opts.DEFAULT_DRAIN_TIMEOUT_S,
+    settings: Annotated[
+        str | None,
+        typer.Option(
+            "--settings",
+            metavar="FILE",
+            help="Keep weights and quanta changed live in FILE (JSON, mode 0600) and "
+            "restore them at start; without it they last until the router stops.",
+        ),
+    ] = None,
 ) -> None:
     """Run the fair router in front of workers started elsewhere.
 
@@ -131,6 +140,7 @@ def router(
         metrics_max_clients=metrics_max_clients,
         trace_path=trace,
         drain_timeout_s=drain_timeout,
+        settings_path=settings,
         extension_urls=parse_extensions(worker_extension or []),
     )
     _use_uvloop()

@@ -67,7 +67,7 @@ def _table(data: dict[str, Any]) -> Table:
         f"Q^u {_num(quantum.get('quantum'))}  Q^w {_num(quantum.get('worker_quantum'))}  "
         f"identity {router.get('auth_mode') or '-'}"
     )
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", caption=_settings(router.get("settings")))
     for column in ("worker", "url", "pid", "health", "restarts", "log"):
         table.add_column(column, no_wrap=column != "log")
     for w in data["workers"]:
@@ -75,6 +75,16 @@ def _table(data: dict[str, Any]) -> Table:
         pid = "-" if w["pid"] is None else str(w["pid"])
         table.add_row(w["name"], w["url"], pid, health, str(w["restarts"]), w["log"] or "-")
     return table
+
+
+def _settings(view: Any) -> str:
+    """Where the live weights and quanta come from (``router.persist``)."""
+    if not isinstance(view, dict) or not view.get("file"):
+        return "live settings: not kept across restarts (router without --settings)"
+    origin = "restored from" if view.get("restored_at_start") else "kept in"
+    changed = view.get("live_weights") or {}
+    weights = ", ".join(f"{name}={w:g}" for name, w in changed.items()) or "none"
+    return f"live settings {origin} {view['file']}; weights changed live: {weights}"
 
 
 def _num(value: object) -> str:

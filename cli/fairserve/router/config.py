@@ -95,6 +95,9 @@ class RouterConfig:
     outlier_cooldown_s: float = DEFAULT_OUTLIER_COOLDOWN_S
     """A worker ejected for failures is not reinstated before this (doubled per repeat)."""
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    settings_path: str | None = None
+    """Where weights and quanta changed live are saved and read back at start (``launch``:
+    beside the run file; ``router --settings FILE``); None: not kept across restarts."""
     extension_urls: Mapping[str, str] = field(default_factory=dict)
     """Worker URL -> base URL of its fairserve extension, for engines that serve it on a
     side port (SGLang with the plugin); other workers serve it at their own URL."""

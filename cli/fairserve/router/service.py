@@ -20,6 +20,7 @@ import aiohttp
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import ApiError
 from fairserve.core.types import validate_weight
+from fairserve.router import persist
 from fairserve.router.accounting import Accounting
 from fairserve.router.config import RouterConfig
 from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS, FairQueue
@@ -91,6 +92,12 @@ class Router:
         self.weights: dict[str, float] = dict(config.weights)
         self.live_weights: dict[str, float] = {}
         """Weights changed through the admin API: pushed again to workers that come up."""
+        self.settings_path = Path(config.settings_path) if config.settings_path else None
+        self.restored_at_start = False
+        """Settings were read back from ``settings_path`` at start."""
+        self.saved_at: float | None = None
+        """Unix time the live settings were last saved (or restored from)."""
+        self._restore()
         self.max_request_cost = 0.0
         """Largest ``w_e·prompt + w_q·max_output`` seen: the ``U`` of the service-gap bound."""
         self.session: aiohttp.ClientSession | None = None
@@ -104,6 +111,55 @@ class Router:
         self.trace: TraceWriter | None = None
         self.idle = asyncio.Event()
         self.idle.set()
+
+    # ------------------------------------------------------------------ saved settings
+    def _restore(self) -> None:
+        """Apply what the admin API changed before a restart (see ``router.persist``):
+        saved weights over the clients file's; saved quanta where the command line set none."""
+        if self.settings_path is None:
+            return
+        saved = persist.load(self.settings_path)
+        if saved is None:
+            return
+        self.restored_at_start, self.saved_at = True, saved.saved_at
+        for client, weight in saved.weights.items():
+            self.dispatcher.set_weight(client, weight)
+            self.weights[client] = self.live_weights[client] = weight
+            self.accounting.set_weight(client, weight)
+        try:
+            if self.config.quantum is None and saved.quantum is not None:
+                build_queue_policy(self.config).set_quantum(saved.quantum)
+                self.local_quantum = saved.quantum
+            if self.config.worker_quantum is None and saved.worker_quantum is not None:
+                self.dispatcher.set_quantum(saved.worker_quantum)
+        except ConfigError as exc:
+            log.warning("saved quanta in %s do not apply: %s", self.settings_path, exc)
+        log.info("restored live settings from %s", self.settings_path)
+
+    def _save(self) -> None:
+        """Write the live settings (atomically); a failure is logged, never fatal."""
+        if self.settings_path is None:
+            return
+        settings = persist.LiveSettings(
+            weights=dict(self.live_weights),
+            quantum=self.local_quantum,
+            worker_quantum=self.dispatcher.quantum,
+        )
+        try:
+            persist.save(self.settings_path, settings)
+        except OSError as exc:
+            log.warning("could not save the live settings to %s: %s", self.settings_path, exc)
+            return
+        self.saved_at = settings.saved_at
+
+    def settings_view(self) -> dict[str, Any]:
+        """Where the fairness settings came from, for the state and ``status``."""
+        return {
+            "file": None if self.settings_path is None else str(self.settings_path),
+            "restored_at_start": self.restored_at_start,
+            "saved_at": self.saved_at,
+            "live_weights": dict(sorted(self.live_weights.items())),
+        }
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -338,6 +394,8 @@ class Router:
             targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
             results = await asyncio.gather(*(self._forward_quantum(up, quantum) for up in targets))
             errors = [e for e in results if e]
+        if worker_quantum is not None or quantum is not None:
+            self._save()
         return errors
 
     async def _forward_quantum(self, up: Upstream, quantum: float) -> str | None:
@@ -369,6 +427,7 @@ class Router:
         self.weights[client] = weight
         self.live_weights[client] = weight
         self.accounting.set_weight(client, weight)  # never creates a client without traffic
+        self._save()
         targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
         pushes = await asyncio.gather(*(self._forward_weight(up, client, weight) for up in targets))
         return {

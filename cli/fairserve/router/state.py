@@ -66,6 +66,7 @@ def snapshot(
             "dispatch": router.config.dispatch,
             "policy": router.config.policy,
             "router_queue": router.config.router_queue,
+            "settings": router.settings_view(),
             "auth_mode": auth_mode(router.config.clients, router.config.trust_identity_header),
         },
         "quantum": quantum_view(router),
