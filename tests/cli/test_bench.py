@@ -58,7 +58,8 @@ def test_table_and_plot(
     code = run([*args, "--duration", "0.3", "--api", "generate"])
     captured = capsys.readouterr()
     assert code == ExitCode.OK, captured.err
-    assert "Jain's index" in captured.out and "alice" in captured.out and "bob" in captured.out
+    assert "Jain (weighted" in captured.out and "alice" in captured.out and "bob" in captured.out
+    assert "arrivals for 0.3 s (--duration), then up to 30.0 s (--timeout)" in captured.out
     assert plot.stat().st_size > 0 and f"plot written to {plot}" in captured.err
 
 

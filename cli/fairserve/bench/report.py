@@ -8,8 +8,15 @@ measurements into its input, a :class:`~fairserve.sim.recorder.SimResult`, so ``
 errors by status, calls never sent, and the upstream as one "worker" (its busy fraction is
 not visible from outside, so it is null).
 
+Errors are calls that failed. Calls still open when the run ended (``unfinished``) and
+calls never sent because a call they depend on was not answered (``skipped``) are counted
+apart, each with the reason, so a run where nothing failed reports no errors.
+
 Client view of service: ``w_e`` per prompt token when the first token arrives (the prompt
-was processed), ``w_q`` per output token spread evenly until the answer ends. A client is
+was processed), ``w_q`` per output token spread evenly until the answer ends, with the
+weights of :class:`~fairserve.core.cost.WeightedTokenCost` (the routers' and policies'
+default). Jain's index is over service divided by each client's weight, the router's
+weights when it publishes them (as ``top`` shows), else the workload's. A client is
 backlogged while it has a call due and unanswered.
 """
 
@@ -18,15 +25,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from fairserve.bench.client import OK, UNFINISHED, Attempt
+from fairserve.bench.client import OK, SKIPPED, UNFINISHED, Attempt
 from fairserve.bench.runner import BenchResult
+from fairserve.core.cost import WeightedTokenCost
 from fairserve.core.metrics import ServiceSample
 from fairserve.sim.engine import EngineStats
 from fairserve.sim.recorder import ClientCounters, RequestRecord, SimResult
 from fairserve.sim.report import build_report
 
-W_E = 1.0
-W_Q = 2.0
+COST = WeightedTokenCost()
+W_E = COST.w_e
+W_Q = COST.w_q
+NOT_ERRORS = frozenset({UNFINISHED, SKIPPED})
+"""Outcomes that end a call without a failure: the run ended first."""
 SAMPLES = 500
 """Points on the service grid (fairness metrics and plots read it)."""
 _OUTPUT_PIECES = 8
@@ -39,13 +50,41 @@ def bench_report(result: BenchResult) -> dict[str, Any]:
     meta = {"workload": result.workload, "url": result.url, "api": result.api}
     report = build_report(sim, {**meta, "seed": result.seed})
     report["target_duration_s"] = result.duration_s
+    report["drain_timeout_s"] = result.timeout_s
+    report["jain_weighted"] = True
+    report["jain_weights"] = "router" if result.server_weights is not None else "workload"
     report["workers"] = [_upstream(result)]
     by_client = _errors_by_client(result.attempts)
+    skipped = Counter(a.client for a in result.attempts if a.status == SKIPPED)
     for name, entry in report["clients"].items():
         entry["errors"] = dict(by_client.get(name, {}))
         entry["unsent"] = result.unsent.get(name, 0)
+        entry["skipped"] = skipped.get(name, 0)
     report["errors"] = _errors_summary(by_client)
+    report["unfinished"] = _apart(result, UNFINISHED, unfinished_message(result))
+    report["skipped"] = _apart(result, SKIPPED, "")
     return report
+
+
+def unfinished_message(result: BenchResult) -> str:
+    """Why calls were still open: what ``--duration`` and ``--timeout`` mean."""
+    return (
+        f"still open when the run ended: arrivals stopped at {result.duration_s:g} s "
+        f"(--duration) and calls in flight then had {result.timeout_s:g} s (--timeout) "
+        "to finish; not errors"
+    )
+
+
+def _apart(result: BenchResult, status: str, message: str) -> dict[str, Any]:
+    """Calls that ended as ``status`` (not errors), by client and by reason."""
+    mine = [a for a in result.attempts if a.status == status]
+    by_client = Counter(a.client for a in mine)
+    reasons = Counter(a.message or message for a in mine)
+    return {
+        "total": len(mine),
+        "by_client": dict(sorted(by_client.items())),
+        "reasons": dict(sorted(reasons.items())),
+    }
 
 
 def to_sim_result(result: BenchResult) -> SimResult:
@@ -59,10 +98,13 @@ def to_sim_result(result: BenchResult) -> SimResult:
     samples, queue = _samples(result.attempts, names, end_s)
     stats = EngineStats(prompt_tokens=prompt, cached_tokens=cached, finished=len(done))
     unfinished = Counter(a.client for a in result.attempts if a.status == UNFINISHED)
+    weights = {c.name: c.weight for c in result.clients}
+    if result.server_weights is not None:
+        weights.update({n: w for n, w in result.server_weights.items() if n in names})
     return SimResult(
         end_s=end_s,
         clients=names,
-        weights={c.name: c.weight for c in result.clients},
+        weights=weights,
         counters=_counters(result.attempts, names),
         service={name: samples[-1].cumulative.get(name, 0.0) for name in names},
         samples=samples,
@@ -93,7 +135,7 @@ def _counters(attempts: list[Attempt], names: list[str]) -> dict[str, ClientCoun
         if a.ok:
             c.input_tokens += a.prompt_tokens
             c.output_tokens += a.completion_tokens
-        elif a.status != UNFINISHED:
+        elif a.status not in NOT_ERRORS:
             c.rejected += 1
         if c.first_arrival_s is None:
             c.first_arrival_s = a.arrival_s
@@ -177,10 +219,10 @@ def _upstream(result: BenchResult) -> dict[str, Any]:
 
 
 def _errors_by_client(attempts: list[Attempt]) -> dict[str, Counter[str]]:
-    """Every call that did not end ``ok``, by client and status (``unfinished`` included)."""
+    """Every call that failed, by client and status (unfinished and skipped are not)."""
     out: dict[str, Counter[str]] = {}
     for a in attempts:
-        if a.status != OK:
+        if a.status != OK and a.status not in NOT_ERRORS:
             out.setdefault(a.client, Counter())[a.status] += 1
     return out
 
@@ -200,6 +242,7 @@ def first_messages(attempts: list[Attempt]) -> dict[str, str]:
     """One server message per failing status (the first seen), for the human view."""
     out: dict[str, str] = {}
     for a in attempts:
-        if a.status != OK and a.message and a.status not in out:
+        failed = a.status != OK and a.status not in NOT_ERRORS
+        if failed and a.message and a.status not in out:
             out[a.status] = a.message
     return out

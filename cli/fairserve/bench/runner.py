@@ -7,9 +7,14 @@ client's identity (``X-Fairserve-Client``) and application (``X-Fairserve-App``)
 so time to first token is measured where the client sees it.
 
 A call's ``arrival_s`` is when it was *due*, not when a connection became free, so a
-saturated generator (``max_in_flight``) shows up in latency instead of hiding it. Only
-calls due before ``duration_s`` are issued (the others are counted ``unsent``); calls still
-in flight then get ``timeout_s`` more, and the rest are counted ``unfinished``.
+saturated generator (``max_in_flight``) shows up in latency instead of hiding it. The
+in-flight limit is per client: one shared cap would let the heaviest client fill it and
+set every client's share by itself, distorting the fairness being measured.
+
+``duration_s`` is when arrivals stop: only calls due before it are issued (the others are
+counted ``unsent``, and calls waiting for an unsent one are ``skipped``); calls still in
+flight then get up to ``timeout_s`` more (the drain), and the rest are ``unfinished``.
+Neither skipped nor unfinished calls are errors: nothing failed, the run ended.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ APP_HEADER = "X-Fairserve-App"
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_IN_FLIGHT = 256
 PROGRESS_INTERVAL_S = 0.25
+SKIP_UNSENT = "a call it depends on was not sent (arrivals had stopped)"
+SKIP_FAILED = "a call it depends on failed"
 
 
 class Unreachable(ConnectionError):
@@ -47,6 +54,7 @@ class BenchOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     """Per-request silence limit, and how long in-flight calls may run past the duration."""
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    """Most calls one client has open at once (its later calls wait for a slot)."""
     token: str | None = None
     """Sent as ``Authorization: Bearer`` with every call."""
     api_keys: Mapping[str, str] = field(default_factory=dict)
@@ -78,6 +86,11 @@ class BenchResult:
     attempts: list[Attempt]
     unsent: dict[str, int]
     programs: dict[str, Program]
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """The drain: how long calls in flight at ``duration_s`` could still run."""
+    server_weights: dict[str, float] | None = None
+    """The router's client weights (``GET /fairserve/v1/weights``), None when the server
+    does not publish them; the report's weighted Jain's index uses them first."""
 
 
 ProgressFn = Callable[[ProgressInfo], None]
@@ -99,11 +112,14 @@ async def run_workload(
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=options.timeout_s, sock_read=options.timeout_s
     )
-    connector = aiohttp.TCPConnector(limit=options.max_in_flight)
+    # The per-client semaphores bound the calls; the pool must not add a shared cap.
+    connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         base = normalize_url(url)
         await probe(session, base, options.timeout_s)
-        return await _Run(session, base, workload, options, progress).run()
+        result = await _Run(session, base, workload, options, progress).run()
+        result.server_weights = await server_weights(session, base, options)
+        return result
 
 
 def _check(options: BenchOptions) -> None:
@@ -126,6 +142,32 @@ async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> N
         raise Unreachable(f"cannot reach {url}: {detail} (is the router running?)") from None
 
 
+async def server_weights(
+    session: aiohttp.ClientSession, url: str, options: BenchOptions
+) -> dict[str, float] | None:
+    """The router's weights, so the bench weighs service as ``top`` does; None if the
+    server is not a fairserve router (or does not answer in time)."""
+    headers = {"Authorization": f"Bearer {options.token}"} if options.token else {}
+    try:
+        limit = aiohttp.ClientTimeout(total=min(options.timeout_s, 5.0))
+        async with session.get(
+            url + "/fairserve/v1/weights", headers=headers, timeout=limit
+        ) as resp:
+            if resp.status != 200:
+                return None
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        return None
+    weights = body.get("weights") if isinstance(body, dict) else None
+    if not isinstance(weights, dict):
+        return None
+    return {
+        str(name): float(w)
+        for name, w in weights.items()
+        if isinstance(w, int | float) and not isinstance(w, bool) and w > 0
+    }
+
+
 class _Run:
     """One run's state: the clock, the calls, the in-flight limit."""
 
@@ -145,7 +187,8 @@ class _Run:
         self.attempts: list[Attempt] = []
         self.unsent: dict[str, int] = {}
         self.programs: dict[str, Program] = {}
-        self.slots = asyncio.Semaphore(options.max_in_flight)
+        self.slots: dict[str, asyncio.Semaphore] = {}
+        self.unsent_calls: set[str] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.issued: set[str] = set()
         self.loop = asyncio.get_running_loop()
@@ -175,6 +218,7 @@ class _Run:
             attempts=self.attempts,
             unsent=self.unsent,
             programs=self.programs,
+            timeout_s=self.options.timeout_s,
         )
 
     async def _feed(self) -> None:
@@ -229,7 +273,7 @@ class _Run:
             answers[call.id] = await self._send(program, call, due_s, answers, lineage)
         except asyncio.CancelledError:
             if call.id not in self.issued:
-                self._count_unsent(program.client)
+                self._count_unsent(program.client, call.id)
             raise
         finally:
             answers.setdefault(call.id, None)
@@ -244,7 +288,7 @@ class _Run:
         lineage: tuple[str, ...],
     ) -> Answer | None:
         if due_s >= self.duration_s:
-            self._count_unsent(program.client)
+            self._count_unsent(program.client, call.id)
             return None
         calls = {c.id: c for c in program.calls}
         quoted = [(calls[a].output_key, ans) for a in lineage if (ans := answers.get(a))]
@@ -252,7 +296,8 @@ class _Run:
         if self.options.model is not None:
             body["model"] = self.options.model
         attempt = Attempt(program.client, program.app, call.id, due_s, call.input_tokens)
-        async with self.slots:
+        slots = self.slots.setdefault(program.client, asyncio.Semaphore(self.options.max_in_flight))
+        async with slots:
             self.attempts.append(attempt)
             self.issued.add(call.id)
             try:
@@ -274,11 +319,15 @@ class _Run:
     def _skip(self, program: Program, call: Call, due_s: float) -> None:
         attempt = Attempt(program.client, program.app, call.id, due_s, call.input_tokens)
         attempt.status = SKIPPED
-        attempt.message = "a call it depends on failed"
+        if any(parent in self.unsent_calls for parent in call.after):
+            attempt.message = SKIP_UNSENT
+        else:
+            attempt.message = SKIP_FAILED
         self.attempts.append(attempt)
 
-    def _count_unsent(self, client: str) -> None:
+    def _count_unsent(self, client: str, call_id: str) -> None:
         self.unsent[client] = self.unsent.get(client, 0) + 1
+        self.unsent_calls.add(call_id)
 
     async def _tick(self) -> None:
         while True:

@@ -57,7 +57,8 @@ def bench(
         float | None,
         typer.Option(
             "--duration",
-            help="Seconds of traffic to send (default: the workload's duration).",
+            help="Seconds during which calls arrive (default: the workload's duration); "
+            "calls in flight then get up to --timeout more to finish.",
             show_default=False,
         ),
     ] = None,
@@ -82,7 +83,12 @@ def bench(
         ),
     ] = 30.0,
     max_in_flight: Annotated[
-        int, typer.Option(min=1, help="Most requests open at once (later calls wait).")
+        int,
+        typer.Option(
+            min=1,
+            help="Most requests one client has open at once (per client, so no client's "
+            "backlog takes another's slots; its later calls wait).",
+        ),
     ] = 256,
     token: Annotated[
         str | None,
@@ -104,9 +110,12 @@ def bench(
     """Run a workload's clients against a live router over HTTP and report what they saw.
 
     Each client sends its calls with its identity (X-Fairserve-Client, X-Fairserve-App),
-    streamed, for --duration seconds; closed-loop programs wait for their answers. Prints
-    throughput, cache hit rate, fairness (Jain's index, the largest service gap) and
-    per-client latency and time to first token, and counts every error by status.
+    streamed; arrivals stop after --duration seconds and calls still in flight get up to
+    --timeout seconds more (the run can take up to their sum). Closed-loop programs wait
+    for their answers. Prints throughput, cache hit rate, fairness (Jain's index of service
+    divided by weight, the largest service gap) and per-client latency and time to first
+    token; counts every error by status, and apart from them the calls still open at the
+    end and those skipped because a call they depend on was not answered.
     """
     import asyncio
 
@@ -205,17 +214,21 @@ def _view(report: dict[str, Any], messages: dict[str, str]) -> list[RenderableTy
         ("service/s", _num(throughput["service_per_s"], 0)),
         ("requests/s", _num(throughput["requests_per_s"], 2)),
         ("cache hit rate", f"{100 * report['cache_hit_rate']:.1f}%"),
-        ("Jain's index", _num(report["jain_index"], 3)),
-        ("max service gap", _num(report["max_service_gap"], 0)),
+        (f"Jain (weighted, {report['jain_weights']} weights)", _num(report["jain_index"], 3)),
+        ("max service gap (service units)", _num(report["max_service_gap"], 0)),
         ("errors", str(report["errors"]["total"])),
+        ("still open at the end", str(report["unfinished"]["total"])),
+        ("skipped", str(report["skipped"]["total"])),
     ]
     heading = Text(
         f"{report['workload']} against {report['url']} ({report['api']}, seed "
-        f"{report['seed']}, {_num(report['duration_s'], 1)} s)",
+        f"{report['seed']}): arrivals for {_num(report['target_duration_s'], 1)} s "
+        f"(--duration), then up to {_num(report['drain_timeout_s'], 1)} s (--timeout) for "
+        f"calls in flight; ran {_num(report['duration_s'], 1)} s",
         style="bold",
     )
     clients = [_client_row(name, c) for name, c in report["clients"].items()]
-    headers = ("client", "finished", "errors", "still\nopen", "service/s")
+    headers = ("client", "weight", "finished", "errors", "still\nopen", "skipped", "service/s")
     views: list[RenderableType] = [
         heading,
         _table(("metric", "value"), summary, show_header=False),
@@ -229,15 +242,18 @@ def _view(report: dict[str, Any], messages: dict[str, str]) -> list[RenderableTy
     if by_status:
         rows = [(s, str(n), messages.get(s, "")) for s, n in by_status.items()]
         views.append(_table(("status", "count", "first message"), rows, title="Errors"))
+    for kind in ("unfinished", "skipped"):
+        for reason, count in report[kind]["reasons"].items():
+            views.append(Text(f"{count} {kind}: {reason}"))
     return views
 
 
 def _client_row(name: str, c: dict[str, Any]) -> tuple[str, ...]:
-    errors = sum(n for status, n in c["errors"].items() if status != "unfinished")
+    errors = sum(c["errors"].values())
     latency = (_num(c["latency_p50_s"], 3), _num(c["latency_p99_s"], 3))
     ttft = (_num(c["ttft_p50_s"], 3), _num(c["ttft_p99_s"], 3))
-    counts = (str(c["requests"]), str(errors), str(c["unfinished"]))
-    return (name, *counts, _num(c["service_rate"], 0), *latency, *ttft)
+    counts = (str(c["requests"]), str(errors), str(c["unfinished"]), str(c["skipped"]))
+    return (name, f"{c['weight']:g}", *counts, _num(c["service_rate"], 0), *latency, *ttft)
 
 
 def _table(
