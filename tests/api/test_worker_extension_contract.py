@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from fairserve.api import paths
+from fairserve.api.worker_extension import ROUTES
 from fairserve.sched.local.base import LocalPolicy
 from fairserve.worker.server import WorkerServer
 from tests.api.servers import sglang_extension
@@ -111,9 +112,18 @@ def test_reads_have_the_shared_shapes(served: Served) -> None:
     assert call(served.url + paths.WORKER_EVICTIONS + "?since=0&limit=5") == (200, empty)
 
 
+def test_every_route_of_the_table_is_served(served: Served) -> None:
+    """A route added to the table reaches both hosts (none routes by hand)."""
+    for method, path in ROUTES:
+        body: dict[str, Any] | None = None if method == "GET" else {}
+        status, _ = call(served.url + path, method, body, bearer(TOKEN))
+        assert status in (200, 400), (method, path, status)  # {} is a bad write body
+
+
 def test_unknown_paths_and_methods_answer_in_the_error_shape(served: Served) -> None:
-    status, body = call(served.url + "/fairserve/worker/nope")
-    assert status == 404 and body["error"]["code"] == 404
+    for path in ("/fairserve/worker/nope", paths.WORKER_STATE + "/"):
+        status, body = call(served.url + path)
+        assert status == 404 and body["error"]["code"] == 404, path
     status, body = call(served.url + paths.WORKER_STATE, "PUT", {}, bearer(TOKEN))
     assert status == 405 and body["error"]["code"] == 405
 

@@ -191,7 +191,7 @@ def handle(request: ExtensionRequest, host: ExtensionHost, rule: AdminRule) -> t
 
 def dispatch(request: ExtensionRequest, host: ExtensionHost, rule: AdminRule) -> Any:
     """The payload of one request; raises ``ApiError`` (404, 405, 401/403, 400...)."""
-    path = request.path.rstrip("/") or "/"
+    path = request.path
     handler = ROUTES.get((request.method, path))
     if handler is None:
         if path in PATHS:

@@ -19,6 +19,7 @@ from aiohttp import web
 import fairserve
 from fairserve.api.auth import is_loopback_host, require_admin
 from fairserve.api.worker_extension import (
+    ROUTES,
     AdminRule,
     EvictionPage,
     ExtensionRequest,
@@ -184,8 +185,9 @@ async def extension(request: web.Request) -> web.Response:
     return json_response(payload, status)
 
 
-# The names the application's route table uses: one handler serves them all.
-worker_state = get_quantum = put_quantum = get_weights = put_weights = evictions = extension
+def extension_routes() -> list[web.RouteDef]:
+    """Every route of the shared table, each served by :func:`extension`."""
+    return [web.route(method, path, extension) for method, path in ROUTES]
 
 
 class SimulatedHost:

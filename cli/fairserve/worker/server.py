@@ -76,12 +76,7 @@ def build_app(runtime: WorkerRuntime) -> web.Application:
         web.post("/abort_request", admin.abort_request),
         web.post("/flush_cache", admin.flush_cache),
         web.get("/flush_cache", admin.flush_cache),
-        web.get("/fairserve/worker/state", admin.worker_state),
-        web.get("/fairserve/worker/quantum", admin.get_quantum),
-        web.put("/fairserve/worker/quantum", admin.put_quantum),
-        web.get("/fairserve/worker/weights", admin.get_weights),
-        web.put("/fairserve/worker/weights", admin.put_weights),
-        web.get("/fairserve/worker/evictions", admin.evictions),
+        *admin.extension_routes(),  # /fairserve/worker/*: the table the SGLang plugin serves
     ]
     app.add_routes(routes)
     return app
