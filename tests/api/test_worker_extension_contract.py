@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from fairserve.api import paths
-from fairserve.api.worker_extension import ROUTES
+from fairserve.api.worker_extension import MAX_BODY_BYTES, ROUTES
 from fairserve.sched.local.base import LocalPolicy
 from fairserve.worker.server import WorkerServer
 from tests.api.servers import sglang_extension
@@ -199,6 +199,13 @@ def test_bad_writes_are_400_and_change_nothing(
     status, body = call(served.url + path, "PUT", bad, bearer(TOKEN))
     assert status == 400 and words in body["error"]["message"]
     assert call(served.url + path) == before
+
+
+def test_an_oversized_body_is_413(served: Served) -> None:
+    change = {"client": "a" * MAX_BODY_BYTES, "weight": 2}
+    status, body = call(served.url + paths.WORKER_WEIGHTS, "PUT", change, bearer(TOKEN))
+    assert status == 413 and "body larger than" in body["error"]["message"]
+    assert served.policy().weights == {}
 
 
 def test_bad_eviction_cursors_are_400(served: Served) -> None:

@@ -30,6 +30,13 @@ from fairserve.core.openai_api import ApiError, bad_request, error_body
 
 DEFAULT_PAGE_EVENTS = 1000
 """Eviction events per page when the reader gives no ``limit``."""
+MAX_BODY_BYTES = 1 << 16
+"""The largest request body a host reads (a write is a few dozen bytes): 413 beyond."""
+
+
+def body_too_large(length: int) -> ApiError:
+    """The 413 both hosts answer for a body over :data:`MAX_BODY_BYTES`."""
+    return ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes (got {length})")
 
 
 # ------------------------------------------------------------------ payloads

@@ -27,11 +27,13 @@ from urllib.parse import parse_qs, urlsplit
 from fairserve.api.auth import is_loopback_host
 from fairserve.api.jsonsafe import dumps
 from fairserve.api.worker_extension import (
+    MAX_BODY_BYTES,
     AdminRule,
     EvictionPage,
     ExtensionRequest,
     QuantumView,
     WeightsView,
+    body_too_large,
     handle,
 )
 from fairserve.core.openai_api import ApiError, error_body
@@ -42,7 +44,6 @@ log = logging.getLogger("fairserve.sglang")
 
 APPLY_TIMEOUT_S = 10.0
 """How long a quantum or weight PUT waits for the scheduler's next iteration to apply it."""
-MAX_BODY_BYTES = 1 << 16
 ENABLE_HINT = "start SGLang with FAIRSERVE_ADMIN_TOKEN set (fairserve launch --admin-token)"
 
 
@@ -185,7 +186,7 @@ def _handler_class(server: ExtensionServer) -> type[BaseHTTPRequestHandler]:
             length = int(text)
             if length > MAX_BODY_BYTES:
                 self.close_connection = True
-                raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes")
+                raise body_too_large(length)
             return self.rfile.read(length) if length else b""
 
         def log_message(self, format: str, *args: Any) -> None:

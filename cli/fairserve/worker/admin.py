@@ -19,12 +19,14 @@ from aiohttp import web
 import fairserve
 from fairserve.api.auth import is_loopback_host, require_admin
 from fairserve.api.worker_extension import (
+    MAX_BODY_BYTES,
     ROUTES,
     AdminRule,
     EvictionPage,
     ExtensionRequest,
     QuantumView,
     WeightsView,
+    body_too_large,
     handle,
 )
 from fairserve.core.openai_api import ApiError, bad_request, parse_json
@@ -178,7 +180,12 @@ async def extension(request: web.Request) -> web.Response:
     """Every ``/fairserve/worker/...`` route: the shared table of ``api.worker_extension``."""
     runtime = _runtime(request)
     query = {name: request.query.getall(name)[-1] for name in request.query}
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise body_too_large(length)
     body = await request.read() if request.method != "GET" else b""
+    if len(body) > MAX_BODY_BYTES:  # chunked: no Content-Length to check first
+        raise body_too_large(len(body))
     call = ExtensionRequest(request.method, request.path, query, request.headers, body)
     rule = AdminRule(runtime.config.admin_token, _loopback_only(request), ENABLE_HINT)
     status, payload = handle(call, SimulatedHost(runtime), rule)
