@@ -124,8 +124,9 @@ def test_unknown_paths_and_methods_answer_in_the_error_shape(served: Served) -> 
     for path in ("/fairserve/worker/nope", paths.WORKER_STATE + "/"):
         status, body = call(served.url + path)
         assert status == 404 and body["error"]["code"] == 404, path
-    status, body = call(served.url + paths.WORKER_STATE, "PUT", {}, bearer(TOKEN))
-    assert status == 405 and body["error"]["code"] == 405
+    for method, path in (("PUT", paths.WORKER_STATE), ("DELETE", paths.WORKER_QUANTUM)):
+        status, body = call(served.url + path, method, {}, bearer(TOKEN))
+        assert status == 405 and body["error"]["code"] == 405, (method, path)
 
 
 # ------------------------------------------------------------------ the admin rule

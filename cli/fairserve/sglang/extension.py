@@ -159,6 +159,12 @@ def _handler_class(server: ExtensionServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             self._serve("POST")
 
+        def do_DELETE(self) -> None:  # 405 or 404 from the table, as aiohttp answers
+            self._serve("DELETE")
+
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
+
         def _serve(self, method: str) -> None:
             try:
                 body = self._body()
