@@ -87,10 +87,30 @@ def test_quick_profile_recovers_the_workers_coefficients(measured: Measured) -> 
     assert profile.attention_s_per_token == pytest.approx(TRUTH.attention_s_per_token, rel=0.05)
     assert profile.step_overhead_s == TRUTH.step_overhead_s
     assert (profile.kv_capacity_tokens, profile.max_batch_tokens) == (100_000, 4096)
-    assert profile.source == "measured" and profile.engine == "sim"
+    assert profile.source == "simulated" and profile.engine == "sim"
+    assert profile.gpu == "simulated"  # no NVML name for a simulated worker's GPU
     sweep_s = measured.report["sweep"]["wall_s"]
     assert sweep_s < 20.0, f"the quick sweep took {sweep_s:.1f} s"
     assert measured.elapsed_s < 45.0, f"fairserve profile --quick took {measured.elapsed_s:.1f} s"
+
+
+def test_without_out_the_profile_goes_to_the_data_dir_and_is_found_by_name(
+    tmp_path: Path,
+) -> None:
+    # Before: written into the source checkout's profiles/, from any directory.
+    truth_file = write_profile(TRUTH, tmp_path / "truth.toml")
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "FAIRSERVE_PROFILES_DIR": ""}
+    repo_profiles = sorted((Path(__file__).resolve().parents[2] / "profiles").iterdir())
+    with worker_process("--profile", str(truth_file), "--speed", "50") as (_, url):
+        done = fairserve("profile", "--url", url, "--quick", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    written = Path(json.loads(done.stdout)["path"])
+    assert written.parent == tmp_path / "data" / "fairserve" / "profiles"
+    assert written.is_file() and "use it with --profile" in done.stderr
+    assert sorted((Path(__file__).resolve().parents[2] / "profiles").iterdir()) == repo_profiles
+    shown = fairserve("profile", "show", written.stem, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["source"] == "simulated"
 
 
 def test_json_report_carries_fit_sweep_and_observations(measured: Measured) -> None:

@@ -201,3 +201,43 @@ def test_the_measured_fields_are_validated_like_the_others() -> None:
         replace(profile, fit_r2=None, fit_points=None)
     with pytest.raises(ConfigError, match=r"energy\.mean_power_w"):
         profile_from_toml(good + "\n[energy]\nmean_power_w = -3.0\n", name="p")
+
+
+SIM_INFO = {
+    **INFO,
+    "fairserve": {
+        "engine": "sim",
+        "profile": "a100-llama-3-8b",
+        "gpu": "NVIDIA A100-SXM4-80GB",
+        "model": "meta-llama/Meta-Llama-3-8B",
+    },
+}
+
+
+def test_a_simulated_worker_is_labelled_simulated_without_a_gpu_name() -> None:
+    # Before: source "measured" and the simulated A100's name, on a machine with no GPU.
+    observations = _observations()
+    result = replace(_result(observations), server_info=SIM_INFO)
+    profile = build_profile(result, fit_observations(observations))
+    assert profile.source == "simulated"
+    assert profile.gpu == "simulated" and profile.name == "simulated-meta-llama-3-8b"
+    assert "NVIDIA A100-SXM4-80GB" in profile.provenance  # what it imitates, said as such
+    assert "not a measurement of hardware" in profile.provenance
+
+
+def test_nvml_of_the_workers_host_names_the_gpu_even_for_a_simulated_worker() -> None:
+    observations = _observations()
+    result = replace(_result(observations, H100), server_info=SIM_INFO)
+    profile = build_profile(result, fit_observations(observations))
+    assert profile.gpu == H100.name and profile.source == "simulated"
+
+
+def test_the_default_path_is_the_users_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    observations = _observations()
+    profile = build_profile(_result(observations), fit_observations(observations))
+    monkeypatch.delenv(PROFILES_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    expected = tmp_path / "fairserve" / "profiles" / f"{profile.name}.toml"
+    assert default_path(profile) == expected

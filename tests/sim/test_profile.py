@@ -297,8 +297,10 @@ def test_env_dirs_come_first_and_shadow_the_repo(
     write_profile(make_profile(gpu="Shadowing GPU"), first / f"{DEFAULT_PROFILE}.toml")
     write_profile(make_profile(), second / "custom.toml")
     monkeypatch.setenv(PROFILES_ENV, f"{first}{os.pathsep}{second}")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    user_dir = tmp_path / "data" / "fairserve" / "profiles"
 
-    assert profile_dirs() == [first, second, REPO_PROFILES_DIR]
+    assert profile_dirs() == [first, second, user_dir, REPO_PROFILES_DIR]
     assert resolve_profile(DEFAULT_PROFILE).gpu == "Shadowing GPU"
     assert resolve_profile("custom").name == "custom"
     assert resolve_profile("h100-llama-2-7b").gpu.startswith("NVIDIA H100")
@@ -306,8 +308,10 @@ def test_env_dirs_come_first_and_shadow_the_repo(
 
 def test_empty_env_entries_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROFILES_ENV, "")
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")
 
-    assert profile_dirs() == [REPO_PROFILES_DIR]
+    user_dir = Path.home() / ".local" / "share" / "fairserve" / "profiles"
+    assert profile_dirs() == [user_dir, REPO_PROFILES_DIR]
 
 
 # ---------------------------------------------------------------- derivation drift

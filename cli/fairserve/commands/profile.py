@@ -2,7 +2,9 @@
 
 ``fairserve profile --url URL`` sweeps a live worker (prefill, decode and mixed points),
 fits ``t = c + a·max(0, b − b0) + attention·context``, samples the GPU through NVML when the
-worker runs on this host, and writes ``profiles/<gpu>-<model>.toml`` in the format the
+worker runs on this host, and writes ``<gpu>-<model>.toml`` into the user's data directory
+(``$XDG_DATA_HOME/fairserve/profiles``, or the first ``$FAIRSERVE_PROFILES_DIR`` entry;
+never the source checkout) unless ``--out``, in the format the
 simulator, the worker (``--profile``) and the dashboard read. ``fairserve profile show FILE``
 prints a profile's coefficients, its capacity and, for a workload, the stability bound
 ``λ·(mean prompt + mean output) < capacity``.
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 TIMINGS = ("auto", "engine", "client")
 
 app = typer.Typer(
-    help="Measure a worker's batch-time coefficients (and GPU power via NVML) into profiles/.",
+    help="Measure a worker's batch-time coefficients (and GPU power via NVML) into a profile.",
     no_args_is_help=False,
 )
 
@@ -62,7 +64,8 @@ def measure(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Profile file to write (default: profiles/<gpu>-<model>.toml).",
+            help="Profile file to write (default: <gpu>-<model>.toml in "
+            "$XDG_DATA_HOME/fairserve/profiles, or the first $FAIRSERVE_PROFILES_DIR entry).",
             dir_okay=False,
             show_default=False,
         ),
@@ -168,7 +171,8 @@ def _measure(
     if out is None:
         _check_writable(path, force)
     write_profile(profile, path)
-    output.note(f"profile written to {path} ({result.wall_s:.1f} s sweep)")
+    found_as = f"; use it with --profile {profile.name}" if out is None else ""
+    output.note(f"profile written to {path} ({result.wall_s:.1f} s sweep){found_as}")
     if plot is not None:
         from fairserve.profiling.plot import plot_fit
 
@@ -214,7 +218,11 @@ def _check_writable(path: Path, force: bool) -> None:
 @app.command("show")
 def show(
     profile: Annotated[
-        str, typer.Argument(help="A profile file, or a profile name from profiles/.")
+        str,
+        typer.Argument(
+            help="A profile file, or a profile name on the search path ($FAIRSERVE_PROFILES_DIR, "
+            "$XDG_DATA_HOME/fairserve/profiles, the shipped profiles)."
+        ),
     ],
     workload: Annotated[
         str | None,

@@ -18,7 +18,7 @@ import fairserve
 from fairserve.core.errors import ConfigError
 from fairserve.profiling.fit import BatchTimeFit
 from fairserve.profiling.sweep import SweepResult
-from fairserve.sim.profile import PROFILES_ENV, REPO_PROFILES_DIR, Profile
+from fairserve.sim.profile import PROFILES_ENV, Profile, user_profiles_dir
 
 
 def build_profile(
@@ -47,7 +47,7 @@ def build_profile(
         engine_version=_text(info.get("version")),
         driver_version=result.gpu.driver_version if result.gpu else None,
         date=(today or date.today()).isoformat(),
-        source="measured",
+        source=source(result),
         provenance=provenance(result, fit, step_overhead_s),
         tensor_parallel=tp if isinstance(tp, int) and tp >= 1 else 1,
         c_s=_round(fit.constant_s - step_overhead_s),
@@ -67,12 +67,24 @@ def build_profile(
     )
 
 
+def is_simulated(result: SweepResult) -> bool:
+    """The worker said it is fairserve's simulated engine (its extension's ``engine``)."""
+    return result.extension.get("engine") == "sim"
+
+
+def source(result: SweepResult) -> str:
+    """What was profiled: ``simulated`` for a simulated worker (its numbers are the
+    simulator's, whatever GPU it imitates), ``measured`` for a real engine."""
+    return "simulated" if is_simulated(result) else "measured"
+
+
 def gpu_name(result: SweepResult) -> str:
-    """NVML's name for the board; else what the worker says it is (a simulated worker
-    names the GPU it simulates); else "unknown-gpu"."""
+    """NVML's name for the board of the worker's host, and nothing else: a simulated
+    worker's claimed GPU is not hardware that was measured (it is in the provenance), so
+    without NVML the name is "simulated" for a simulated worker, else "unknown-gpu"."""
     if result.gpu is not None and result.gpu.name != "n/a":
         return result.gpu.name
-    return _text(result.extension.get("gpu")) or "unknown-gpu"
+    return "simulated" if is_simulated(result) else "unknown-gpu"
 
 
 def model_name(result: SweepResult) -> str:
@@ -93,10 +105,11 @@ def profile_name(gpu: str, model: str) -> str:
 
 
 def default_path(profile: Profile) -> Path:
-    """``profiles/<name>.toml`` in the first profile directory (``$FAIRSERVE_PROFILES_DIR``,
-    else the repository's ``profiles/``), where ``--profile NAME`` finds it."""
+    """``<name>.toml`` in the first profile directory (``$FAIRSERVE_PROFILES_DIR``, else the
+    user's data directory ``$XDG_DATA_HOME/fairserve/profiles``; never the source
+    checkout), where ``--profile NAME`` finds it."""
     entries = [e for e in os.environ.get(PROFILES_ENV, "").split(os.pathsep) if e]
-    directory = Path(entries[0]) if entries else REPO_PROFILES_DIR
+    directory = Path(entries[0]) if entries else user_profiles_dir()
     return directory / f"{profile.name}.toml"
 
 
@@ -120,6 +133,12 @@ def provenance(result: SweepResult, fit: BatchTimeFit, step_overhead_s: float) -
         "from c; c_s = K - step_overhead_s).",
         _gpu_line(result),
     ]
+    if is_simulated(result):
+        imitated = _text(result.extension.get("gpu")) or "an unnamed GPU"
+        lines.append(
+            f"Simulated worker: its profile {result.extension.get('profile')!r} imitates "
+            f"{imitated}; these are the simulator's numbers, not a measurement of hardware."
+        )
     lines += [f"Note: {note}" for note in result.notes]
     return "\n".join(lines) + "\n"
 

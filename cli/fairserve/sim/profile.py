@@ -25,7 +25,9 @@ from typing import Any, Literal
 from fairserve.core.cost import PiecewiseLinearBatchTime
 from fairserve.core.errors import ConfigError, UnknownNameError
 
-SOURCES = ("measured", "derived-from-published-data", "synthetic")
+SOURCES = ("measured", "simulated", "derived-from-published-data", "synthetic")
+"""``simulated``: measured by ``fairserve profile`` against a simulated worker (its numbers
+are the simulator's, not a GPU's)."""
 FIT_TIMINGS = ("engine", "client")
 """How measured step times were taken (``fairserve profile``): the worker's own step
 counters, or client-side timing (server latency and streamed token arrivals)."""
@@ -158,11 +160,22 @@ def profile_from_toml(text: str, name: str, path: Path | None = None) -> Profile
     return Profile(name=name, path=path, **_parse(data, label))
 
 
+def user_profiles_dir() -> Path:
+    """``$XDG_DATA_HOME/fairserve/profiles`` (``~/.local/share/fairserve/profiles`` when the
+    variable is unset or not absolute, as the XDG spec says): where ``fairserve profile``
+    writes, never into the source checkout."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "share"
+    return root / "fairserve" / "profiles"
+
+
 def profile_dirs() -> list[Path]:
-    """Where profiles are looked up by name: ``$FAIRSERVE_PROFILES_DIR`` entries, then the
-    repository's ``profiles/``. Earlier directories shadow later ones."""
+    """Where profiles are looked up by name: ``$FAIRSERVE_PROFILES_DIR`` entries, the user's
+    data directory (:func:`user_profiles_dir`, so a written profile is found by name), then
+    the repository's ``profiles/``. Earlier directories shadow later ones."""
     entries = os.environ.get(PROFILES_ENV, "").split(os.pathsep)
-    return [Path(entry) for entry in entries if entry] + [REPO_PROFILES_DIR]
+    listed = [Path(entry) for entry in entries if entry]
+    return [*listed, user_profiles_dir(), REPO_PROFILES_DIR]
 
 
 def find_profiles() -> dict[str, Path]:
