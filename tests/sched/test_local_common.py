@@ -27,7 +27,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     # requests (tested in test_local_dlpm); unlimited patience is the strict setting.
     "dlpm": {"fill_patience": 10**9},
     "rpm": {"limit_per_min": 100_000},
-    "justitia": {},
+    "justitia": {"hol_blocking": False},  # the paper's vLLM admission waits
 }
 WITH_QUANTUM = {"dlpm"}
 

@@ -135,3 +135,95 @@ def test_snapshot_lists_applications_and_virtual_time() -> None:
     assert snap["apps"][0]["app"] == "A" and snap["apps"][0]["outstanding"] == 1
     assert snap["predictor"]["predictor"] == "oracle"
     assert snap["clients"]["client-A"]["apps"] == 1
+
+
+def test_an_application_keeps_its_finish_between_its_calls() -> None:
+    """A program's second call, arriving after its first finished, is the same application
+    (same F_j), not a new one opened at a later V."""
+    policy = Justitia(kv_capacity_tokens=100, clock="seconds", steps_per_s=1.0)
+    first = app_request("a1", "A", 1, meta={"app_cost": 500.0})
+    policy.on_arrival(first, 0.0)
+    policy.select([first], lambda r: True, lambda r: 0, 0.0)
+    policy.on_finish(first, 1.0)
+    second = app_request("a2", "A", 1, meta={"app_cost": 500.0})
+    policy.on_arrival(second, 3.0)
+    snap = policy.snapshot()
+    assert snap["apps_opened"] == 1
+    assert snap["apps"][0]["virtual_finish"] == pytest.approx(500.0)
+    assert snap["apps"][0]["outstanding"] == 1
+
+
+def test_an_application_ends_when_the_host_says_or_after_idling() -> None:
+    policy = Justitia(kv_capacity_tokens=100, app_idle_s=10.0)
+    for rid, app in (("a", "A"), ("b", "B")):
+        req = app_request(rid, app, 1, app_type="t")
+        policy.on_arrival(req, 0.0)
+        policy.select([req], lambda r: True, lambda r: 0, 0.0)
+        req.output_tokens = 1
+        policy.on_finish(req, 1.0)
+    assert policy.snapshot()["apps_total"] == 2  # waiting for their next calls
+    policy.end_app("A", 2.0)
+    assert [a["app"] for a in policy.snapshot()["apps"]] == ["B"]
+    policy.on_arrival(app_request("c", "C", 1), 11.5)  # B idle for 10.5 s: ended
+    assert [a["app"] for a in policy.snapshot()["apps"]] == ["C"]
+    assert policy.snapshot()["prediction"]["apps"] == 2
+
+
+def test_end_app_with_calls_outstanding_waits_for_them() -> None:
+    policy = Justitia(kv_capacity_tokens=100)
+    req = app_request("a", "A", 1)
+    policy.on_arrival(req, 0.0)
+    policy.end_app("A", 0.5)
+    assert policy.snapshot()["apps_total"] == 1
+    policy.select([req], lambda r: True, lambda r: 0, 0.5)
+    policy.on_finish(req, 1.0)
+    assert policy.snapshot()["apps_total"] == 0
+
+
+def test_steps_clock_counts_the_engine_iterations() -> None:
+    """V gains M/N_t per decode iteration the host reports, whatever the seconds."""
+    policy = Justitia(kv_capacity_tokens=100)
+    req = app_request("a", "A", 5, meta={"app_cost": 10_000.0})
+    policy.on_arrival(req, 0.0)
+    policy.select([req], lambda r: True, lambda r: 0, 0.0)
+    policy.on_arrival(app_request("b", "B", 5, meta={"app_cost": 10_000.0}), 50.0)
+    assert policy.vtime == 0.0  # no iteration yet, however many seconds
+    req.output_tokens = 3
+    policy.on_decode_steps([req], 3, 50.1)
+    assert policy.iterations == 3
+    assert policy.vtime == pytest.approx(3 * 100 / 2)  # two applications active in GPS
+
+
+def test_hol_blocking_stops_at_the_first_call_that_does_not_fit() -> None:
+    policy = Justitia(kv_capacity_tokens=100)
+    big = app_request("big", "A", 1, meta={"app_cost": 10.0})
+    small = app_request("small", "B", 1, meta={"app_cost": 20.0})
+    for req in (big, small):
+        policy.on_arrival(req, 0.0)
+    assert policy.select([big, small], lambda r: r is small, lambda r: 0, 0.0) == []
+    skipping = Justitia(kv_capacity_tokens=100, hol_blocking=False)
+    for req in (big, small):
+        skipping.on_arrival(req, 0.0)
+    assert skipping.select([big, small], lambda r: r is small, lambda r: 0, 0.0) == [small]
+
+
+def test_delay_against_gps_is_measured() -> None:
+    """Two equal applications at once: GPS finishes both at 2C/M; served one after the
+    other, the first ends early and the second at about the same time: small delays."""
+    done = run_apps("justitia", kv_capacity_tokens=150)
+    assert done["small"] < done["large"]
+    policy = Justitia(kv_capacity_tokens=150)
+    engine = StepEngine(policy, capacity_tokens=150)
+    cost = 2 * kv_token_time(50, 20)
+    arrivals = [
+        (0, app_request(f"{app}{i}", app, 20, meta={"app_cost": cost}))
+        for app in ("X", "Y")
+        for i in range(2)
+    ]
+    engine.run(by_step(arrivals), 10_000)
+    for app in ("X", "Y"):
+        policy.end_app(app, float(engine.now))
+    delay = policy.snapshot()["delay"]
+    assert delay["apps"] == 2
+    assert delay["max_app_cost"] == pytest.approx(cost)
+    assert delay["max_delay_iterations"] <= delay["bound_iterations"]
