@@ -175,7 +175,11 @@ def test_auto_without_contention_changes_nothing(
 # ---------------------------------------------------------------------- weights
 def test_weight_set_and_show(live: Live, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--url", live.url, "--token", live.token]
+    # A name the router has never seen is a typo until --create says otherwise.
     code, out, err = cli(capsys, "tune", "weight", "alice", "2.5", *args, "--json")
+    assert code == ExitCode.ERROR and out == ""
+    assert "unknown client 'alice'" in err and "--create" in err
+    code, out, err = cli(capsys, "tune", "weight", "alice", "2.5", "--create", *args, "--json")
     assert code == 0, err
     change = as_json(out)
     assert (change["client"], change["weight"], change["previous"]) == ("alice", 2.5, 1.0)

@@ -111,3 +111,53 @@ def test_request_cost_sources_and_the_report() -> None:
     report = quantum_report("http://r", view, state)
     assert report["bounds"]["per_worker"] == {"tokens": 800.0, "seconds": 2.0}
     assert quantum_report("http://r", {**view, "quantum": None}, state)["bounds"] is None
+
+
+def _printed(report: dict[str, object]) -> str:
+    import io
+
+    from rich.console import Console
+
+    from fairserve.tuning.render import quantum_view
+
+    stream = io.StringIO()
+    console = Console(file=stream, width=300)
+    for renderable in quantum_view(report):
+        console.print(renderable)
+    return stream.getvalue()
+
+
+EQUAL_STATE: dict[str, list[dict[str, Any]]] = {
+    "workers": [
+        {"url": "w0", "healthy": True, "capacity_tokens_per_s": 400.0},
+        {"url": "w1", "healthy": True, "capacity_tokens_per_s": 400.0},
+    ],
+}
+
+
+def test_an_infinite_worker_quantum_makes_the_across_bound_unbounded() -> None:
+    # Theorem A.5: with Q^w = inf the gap across workers has no bound; a finite figure lied.
+    view = {"policy": "dlpm", "dispatch": "doubleq", "quantum": 300.0, "worker_quantum": "inf"}
+    report = quantum_report("http://r", view, EQUAL_STATE, max_request_cost=100.0)
+    across = report["bounds"]["across_workers"]
+    assert across["unbounded"] is True and across["tokens"] is None and across["seconds"] is None
+    text = _printed(report)
+    (line,) = [line for line in text.splitlines() if "gap bound across workers" in line]
+    assert "unbounded: Q^w = inf" in line and "Theorem A.5" in line
+    finite = quantum_report("http://r", {**view, "worker_quantum": 4096.0}, EQUAL_STATE, 100.0)
+    assert finite["bounds"]["across_workers"]["tokens"] == 2 * 2 * (100 + 300)
+
+
+def test_equal_seconds_say_why_units_are_service_units_and_assumed_once() -> None:
+    view = {"policy": "dlpm", "dispatch": "doubleq", "quantum": 300.0, "worker_quantum": 4096}
+    report = quantum_report("http://r", view, EQUAL_STATE)
+    bounds = report["bounds"]
+    assert bounds["per_worker"]["seconds"] == bounds["across_workers"]["seconds"]
+    assert "equal capacity" in bounds["seconds_equal_why"]
+    text = _printed(report)
+    assert "equal because the workers have equal capacity" in text
+    assert "service units" in text and " tokens =" not in text
+    assert "assumed: 4096 prompt" in text and "assumed: assumed:" not in text
+    slow = {"url": "w1", "healthy": True, "capacity_tokens_per_s": 100.0}
+    unequal = {"workers": [EQUAL_STATE["workers"][0], slow]}
+    assert quantum_report("http://r", view, unequal)["bounds"]["seconds_equal_why"] is None

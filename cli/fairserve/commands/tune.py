@@ -176,6 +176,14 @@ def weight(
         float | None,
         typer.Argument(metavar="W", help="Its new weight (> 0).", show_default=False),
     ] = None,
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create",
+            help="Set the weight of a client the router does not know yet (else an error, "
+            "so a typo does not silently create a client).",
+        ),
+    ] = False,
     json_output: Json = False,
     url: Url = None,
     token: Token = None,
@@ -185,7 +193,8 @@ def weight(
     A client with weight 2 is entitled to twice the service of a client with weight 1. The
     router applies the change in its dispatcher, its fair queues and its accounting (the
     Jain index and service rates are weight-normalised), and pushes it to workers that
-    support it; workers that do not are listed.
+    support it; workers that do not are listed. A CLIENT the router has neither configured
+    nor seen is an error unless --create is given.
     """
     out = Output(json_mode=json_output)
     if value is not None and not (value > 0 and math.isfinite(value)):
@@ -203,6 +212,13 @@ def weight(
             out.data({"router": router.url, "weights": shown, "changed": before.get("changed")})
             out.render(render.weights_table(shown))
             return
+        known = before.get("weights", {})
+        if client not in known and not create:
+            names = ", ".join(sorted(known)) or "none yet"
+            raise FairserveError(
+                f"unknown client {client!r} (the router knows: {names}); check the name, or "
+                "pass --create to set the weight of a client not seen yet"
+            )
         result = router.set_weight(client, value)
     out.data({"router": router.url, **result})
     out.render(render.weight_change(result))

@@ -2,10 +2,12 @@
 
 DLPM (Theorem 4.1): two continuously backlogged clients of one worker never differ in
 service by more than ``2·(U + Q^u)``; DoubleQ (Theorem 5.1) across ``|W|`` workers by
-``2·|W|·(U + Q^u)``. ``U = w_e·L_input + w_q·M`` is the cost of the largest request. Service
-units are weighted tokens (``w_e`` per prompt token, ``w_q`` per output token), so the bound
-reads as tokens; divided by a worker's capacity (tokens per second) it says how long that
-worker takes to serve the gap: how far behind a client can fall, in wall time.
+``2·|W|·(U + Q^u)``, for a finite worker quantum: with ``Q^w = inf`` the across-worker gap
+is unbounded (Theorem A.5), and so it is reported. ``U = w_e·L_input + w_q·M`` is the cost
+of the largest request. The bounds are in *service units* (``w_e`` per prompt token plus
+``w_q`` per output token, divided by the client's weight), not tokens; divided by a
+worker's capacity they say how long that worker takes to serve the gap: how far behind a
+client can fall, in wall time.
 
 ``U`` comes from the router (the largest ``w_e·prompt + w_q·max_output`` it has seen), from
 ``--max-request-cost``, or, before any traffic, from a stated assumption.
@@ -18,15 +20,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fairserve.core.cost import WeightedTokenCost
 from fairserve.core.errors import ConfigError
 
 ASSUMED_INPUT_TOKENS = 4096
 ASSUMED_OUTPUT_TOKENS = 1024
-W_E, W_Q = 1.0, 2.0
-ASSUMED_REQUEST_COST = W_E * ASSUMED_INPUT_TOKENS + W_Q * ASSUMED_OUTPUT_TOKENS
+_COST = WeightedTokenCost()
+W_E, W_Q = _COST.w_e, _COST.w_q
+ASSUMED_REQUEST_COST = _COST.request_cost(ASSUMED_INPUT_TOKENS, 0, ASSUMED_OUTPUT_TOKENS)
 ASSUMPTION = (
-    f"assumed: {ASSUMED_INPUT_TOKENS} prompt + {ASSUMED_OUTPUT_TOKENS} output tokens "
+    f"{ASSUMED_INPUT_TOKENS} prompt + {ASSUMED_OUTPUT_TOKENS} output tokens "
     f"(w_e={W_E:g}, w_q={W_Q:g}); no request seen yet"
+)
+"""The note of an assumed ``U`` (printed after the source, "assumed: ...")."""
+UNBOUNDED_WHY = "Q^w = inf, so no bound holds across workers (DLPM paper, Theorem A.5)"
+EQUAL_WHY = (
+    "equal because the workers have equal capacity: |W| workers serve |W| times the "
+    "per-worker gap in the same time"
 )
 
 
@@ -66,10 +76,21 @@ class Bounds:
     per_worker_tokens: float
     per_worker_s: float | None
     """At the slowest worker's capacity (None if a capacity is unknown)."""
-    across_tokens: float
+    across_tokens: float | None
+    """None when unbounded (``Q^w = inf``)."""
     across_s: float | None
-    """At the cluster's total capacity (None if a capacity is unknown)."""
+    """At the cluster's total capacity (None if a capacity is unknown, or unbounded)."""
     workers: tuple[WorkerBound, ...]
+
+    @property
+    def across_unbounded(self) -> bool:
+        return self.across_tokens is None
+
+    @property
+    def seconds_equal(self) -> bool:
+        """Both bounds take the same time (workers of equal capacity): worth saying why."""
+        per, across = self.per_worker_s, self.across_s
+        return per is not None and across is not None and math.isclose(per, across)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,7 +102,14 @@ class Bounds:
             },
             "worker_count": self.worker_count,
             "per_worker": {"tokens": self.per_worker_tokens, "seconds": self.per_worker_s},
-            "across_workers": {"tokens": self.across_tokens, "seconds": self.across_s},
+            "across_workers": {
+                "tokens": self.across_tokens,
+                "seconds": self.across_s,
+                "unbounded": self.across_unbounded,
+                **({"why": UNBOUNDED_WHY} if self.across_unbounded else {}),
+            },
+            "unit": "service units (w_e·prompt + w_q·output tokens, divided by weight)",
+            "seconds_equal_why": EQUAL_WHY if self.seconds_equal else None,
             "workers": [
                 {"url": w.url, "capacity_tokens_per_s": w.capacity_tokens_per_s, "gap_s": w.gap_s}
                 for w in self.workers
@@ -90,14 +118,19 @@ class Bounds:
 
 
 def gap_bounds(
-    quantum: float, cost: RequestCost, capacities: Sequence[tuple[str, float | None]]
+    quantum: float,
+    cost: RequestCost,
+    capacities: Sequence[tuple[str, float | None]],
+    worker_quantum: float | None = None,
 ) -> Bounds:
-    """The bounds for ``quantum`` over workers ``(url, capacity_tokens_per_s | None)``."""
+    """The bounds for ``quantum`` over workers ``(url, capacity_tokens_per_s | None)``;
+    ``worker_quantum`` infinite makes the across-worker bound unbounded (Theorem A.5)."""
     if not (quantum > 0 and math.isfinite(quantum)):
         raise ValueError(f"quantum must be a positive finite number, got {quantum}")
     count = max(1, len(capacities))
     per_worker = 2.0 * (cost.value + quantum)
-    across = count * per_worker
+    unbounded = worker_quantum is not None and math.isinf(worker_quantum)
+    across = None if unbounded else count * per_worker
     workers = tuple(
         WorkerBound(url, cap, per_worker / cap if cap else None) for url, cap in capacities
     )
@@ -110,7 +143,7 @@ def gap_bounds(
         per_worker_tokens=per_worker,
         per_worker_s=per_worker / min(known) if complete else None,
         across_tokens=across,
-        across_s=across / sum(known) if complete else None,
+        across_s=across / sum(known) if complete and across is not None else None,
         workers=workers,
     )
 
@@ -144,6 +177,22 @@ def quantum_report(
     bounds = None
     if isinstance(quantum, int | float) and not isinstance(quantum, bool):
         cost = request_cost(state, given)
-        bounds = gap_bounds(float(quantum), cost, state_capacities(state)).to_json()
+        worker_q = _number(view.get("worker_quantum"))
+        capacities = state_capacities(state)
+        bounds = gap_bounds(float(quantum), cost, capacities, worker_q).to_json()
     keys = ("policy", "dispatch", "quantum", "quantum_source", "worker_quantum", "worker_quanta")
     return {"router": router_url, **{k: view.get(k) for k in keys}, "bounds": bounds}
+
+
+def _number(value: object) -> float | None:
+    """A JSON number, or ``"inf"`` (how the router writes an infinite ``Q^w``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None

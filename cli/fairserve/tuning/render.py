@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------------- quantum
 BOUNDS_CAPTION = (
-    "2·(U + Q^u) per worker, 2·|W|·(U + Q^u) across; seconds at the workers' reported "
-    "capacity (simulated seconds for simulated workers)"
+    "2·(U + Q^u) per worker, 2·|W|·(U + Q^u) across (finite Q^w); in service units "
+    "(w_e·prompt + w_q·output tokens, divided by the client's weight); seconds at the "
+    "workers' reported capacity (simulated seconds for simulated workers)"
 )
 
 
@@ -49,9 +50,11 @@ def quantum_view(report: Mapping[str, Any]) -> list[RenderableType]:
     rows += [
         ("U (largest request)", f"{num(cost['value'])} ({cost['source']}: {cost['note']})"),
         ("workers |W|", str(bounds["worker_count"])),
-        ("gap bound per worker", f"{num(per['tokens'])} tokens = {secs(per['seconds'])}"),
-        ("gap bound across workers", f"{num(across['tokens'])} tokens = {secs(across['seconds'])}"),
+        ("gap bound per worker", f"{num(per['tokens'])} service units = {secs(per['seconds'])}"),
+        ("gap bound across workers", _across(across)),
     ]
+    if bounds.get("seconds_equal_why"):
+        rows.append(("", bounds["seconds_equal_why"]))
     workers = [
         (w["url"], num(w["capacity_tokens_per_s"]), secs(w["gap_s"])) for w in bounds["workers"]
     ]
@@ -60,6 +63,12 @@ def quantum_view(report: Mapping[str, Any]) -> list[RenderableType]:
         table(("", "value"), rows, show_header=False, caption=BOUNDS_CAPTION),
         table(("worker", "capacity tokens/s", "gap bound"), workers, title="Workers"),
     ]
+
+
+def _across(across: Mapping[str, Any]) -> str:
+    if across.get("unbounded"):
+        return f"unbounded: {across.get('why', 'Q^w = inf')}"
+    return f"{num(across['tokens'])} service units = {secs(across['seconds'])}"
 
 
 def before_after(before: Mapping[str, Any], after: Mapping[str, Any]) -> Table:
