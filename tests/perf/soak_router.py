@@ -1,0 +1,274 @@
+"""Soak and overload isolation of a real router in front of real simulated workers.
+
+Starts ``fairserve worker`` processes and a ``fairserve router`` process (the default
+launch's settings unless told otherwise), then offers open-loop Poisson traffic from
+*heavy* and *light* clients for ``--duration`` seconds, and reports:
+
+* the router's RSS and open file descriptors sampled every ``--sample-s`` seconds, with
+  their least-squares slope after ``--warmup-s`` (flat is the goal: MiB/min and fds/min);
+* per class (heavy, light): requests offered, answered, refused with a clear status (429,
+  503, 502, 400) and lost (no answer, or a transport error), latency p50/p99;
+* with ``--baseline``: the light clients alone first, so the light p99 under overload can
+  be compared with it (issue 18: within 2x).
+
+Every loop is bounded in count and time. Example (the issue's 10-minute soak at ~2x)::
+
+    python tests/perf/soak_router.py --duration 600 --heavy 10 --light 40 --overload 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import psutil
+
+from tests.worker.processes import free_port, read_ready_url, spawn, worker_command
+
+PROMPT_WORDS = 120
+OUTPUT_TOKENS = 32
+MAX_OUTSTANDING = 4000
+"""The load generator never keeps more open requests than this (its own bound)."""
+
+
+@dataclass
+class ClassStats:
+    offered: int = 0
+    answered: int = 0
+    refused: dict[int, int] = field(default_factory=dict)
+    lost: int = 0
+    skipped: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_s)
+        return {
+            "offered": self.offered,
+            "answered": self.answered,
+            "refused": {str(k): v for k, v in sorted(self.refused.items())},
+            "lost": self.lost,
+            "skipped_by_generator": self.skipped,
+            "latency_p50_s": _pct(lat, 50),
+            "latency_p99_s": _pct(lat, 99),
+        }
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, math.ceil(q / 100 * len(xs)) - 1)]
+
+
+@contextmanager
+def cluster(args: argparse.Namespace) -> Iterator[tuple[str, psutil.Process]]:
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        urls = []
+        for _ in range(args.workers):
+            port = free_port()
+            proc = spawn(worker_command("--port", str(port), "--speed", str(args.speed)))
+            procs.append(proc)
+            urls.append(read_ready_url(proc))
+        port = free_port()
+        argv = [sys.executable, "-m", "fairserve", "router", "--port", str(port)]
+        for url in urls:
+            argv += ["--worker-url", url]
+        router = spawn(argv + args.router_args)
+        procs.append(router)
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, 30.0)
+        yield url, psutil.Process(router.pid)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _wait_healthy(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"router at {url} not healthy within {timeout_s}s")
+
+
+def capacity_req_per_s(url: str, speed: float) -> float:
+    """Requests/s the workers can finish at this request size: their reported capacity (in
+    simulated seconds) times ``speed`` (simulated seconds per wall second)."""
+    with urllib.request.urlopen(url + "/fairserve/v1/state?limit=1", timeout=5) as resp:
+        state = json.loads(resp.read())
+    tokens_per_s = sum(w.get("capacity_tokens_per_s") or 0.0 for w in state["workers"])
+    if tokens_per_s <= 0:
+        raise SystemExit("the workers report no capacity; give --rate instead")
+    return speed * tokens_per_s / (PROMPT_WORDS + OUTPUT_TOKENS)
+
+
+async def offer(
+    url: str, clients: list[tuple[str, str, float]], duration_s: float
+) -> dict[str, ClassStats]:
+    """Poisson arrivals per client until ``duration_s``; then wait for the answers (bounded
+    by the session timeout)."""
+    stats = {kind: ClassStats() for _, kind, _ in clients}
+    open_requests: set[asyncio.Task[None]] = set()
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(base_url=url, timeout=timeout, connector=connector) as s:
+
+        async def one(name: str, kind: str, n: int) -> None:
+            body = {
+                "messages": [{"role": "user", "content": f"{name} {n} " + "word " * PROMPT_WORDS}],
+                "max_tokens": OUTPUT_TOKENS,
+            }
+            started = time.monotonic()
+            try:
+                headers = {"X-Fairserve-Client": name}
+                async with s.post("/v1/chat/completions", json=body, headers=headers) as resp:
+                    await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                stats[kind].lost += 1
+                return
+            if status == 200:
+                stats[kind].answered += 1
+                stats[kind].latencies_s.append(time.monotonic() - started)
+            else:
+                stats[kind].refused[status] = stats[kind].refused.get(status, 0) + 1
+
+        async def client(name: str, kind: str, rate: float, seed: int) -> None:
+            rng = random.Random(seed)
+            end = time.monotonic() + duration_s
+            n = 0
+            while True:
+                await asyncio.sleep(rng.expovariate(rate))
+                if time.monotonic() >= end:
+                    return
+                n += 1
+                stats[kind].offered += 1
+                if len(open_requests) >= MAX_OUTSTANDING:
+                    stats[kind].skipped += 1
+                    continue
+                task = asyncio.create_task(one(name, kind, n))
+                open_requests.add(task)
+                task.add_done_callback(open_requests.discard)
+
+        await asyncio.gather(*(client(n, k, r, i) for i, (n, k, r) in enumerate(clients)))
+        if open_requests:
+            await asyncio.wait(open_requests, timeout=150)
+    return stats
+
+
+async def sample_process(
+    proc: psutil.Process, every_s: float, stop: asyncio.Event
+) -> list[tuple[float, float, int]]:
+    """(seconds since start, RSS MiB, open fds) every ``every_s`` until ``stop``."""
+    start = time.monotonic()
+    rows = []
+    while not stop.is_set():
+        with proc.oneshot():
+            rows.append((time.monotonic() - start, proc.memory_info().rss / 2**20, proc.num_fds()))
+        with suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_s)
+    return rows
+
+
+def slope_per_min(points: list[tuple[float, float]]) -> float | None:
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    return 60 * sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+async def run_phase(
+    url: str, proc: psutil.Process, clients: list[tuple[str, str, float]], args: argparse.Namespace
+) -> dict[str, Any]:
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_process(proc, args.sample_s, stop))
+    stats = await offer(url, clients, args.duration)
+    stop.set()
+    rows = await sampler
+    warm = [r for r in rows if r[0] >= args.warmup_s]
+    return {
+        "classes": {k: v.summary() for k, v in stats.items()},
+        "router_rss_mib": {
+            "first": rows[0][1],
+            "last": rows[-1][1],
+            "max": max(r[1] for r in rows),
+        },
+        "router_rss_slope_mib_per_min": slope_per_min([(t, m) for t, m, _ in warm]),
+        "router_fds": {"first": rows[0][2], "last": rows[-1][2], "max": max(r[2] for r in rows)},
+        "router_fds_slope_per_min": slope_per_min([(t, float(f)) for t, _, f in warm]),
+        "samples": len(rows),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    with cluster(args) as (url, proc):
+        capacity = args.rate or capacity_req_per_s(url, args.speed)
+        light_rate = args.light_share * capacity / max(1, args.light)
+        heavy_total = max(0.0, args.overload * capacity - light_rate * args.light)
+        heavy_rate = heavy_total / max(1, args.heavy)
+        light = [(f"light-{i}", "light", light_rate) for i in range(args.light)]
+        heavy = [(f"heavy-{i}", "heavy", heavy_rate) for i in range(args.heavy)]
+        report: dict[str, Any] = {
+            "capacity_req_per_s": capacity,
+            "rates_req_per_s": {"light_each": light_rate, "heavy_each": heavy_rate},
+            "duration_s": args.duration,
+            "machine": "see the caller",
+        }
+        if args.baseline:
+            report["baseline"] = asyncio.run(run_phase(url, proc, light, args))
+        report["overload"] = asyncio.run(run_phase(url, proc, light + heavy, args))
+        base = report.get("baseline", {}).get("classes", {}).get("light", {})
+        over = report["overload"]["classes"].get("light", {})
+        if base.get("latency_p99_s") and over.get("latency_p99_s"):
+            report["light_p99_ratio"] = over["latency_p99_s"] / base["latency_p99_s"]
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--speed", type=float, default=0.05, help="worker --speed (slower: cheaper)")
+    p.add_argument("--heavy", type=int, default=10)
+    p.add_argument("--light", type=int, default=40)
+    p.add_argument("--overload", type=float, default=2.0, help="offered load / capacity")
+    p.add_argument("--light-share", type=float, default=0.45, help="light demand / capacity")
+    p.add_argument("--rate", type=float, default=None, help="capacity in req/s (else measured)")
+    p.add_argument("--baseline", action="store_true", help="light clients alone first")
+    p.add_argument("--sample-s", type=float, default=5.0)
+    p.add_argument("--warmup-s", type=float, default=30.0)
+    p.add_argument("router_args", nargs="*", help="extra fairserve router options (after --)")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())
