@@ -56,6 +56,11 @@ Programs and their parameters:
 - ``think_time_s`` (a number or distribution, seconds, default 0) delays every call that
   waits for another (multi-turn, tree-of-thought, judge).
 
+Shared prefixes across clients: a top-level ``[[prefixes]]`` table names a token sequence
+(``name = "sys"``, ``tokens = 2000``); a client with ``shared_prefix = "sys"`` starts every
+prompt with it, before its own ``shared_prefix_tokens`` (teams sharing one system prompt hit
+each other's cache). Its tokens are seeded by the workload seed and the prefix's name.
+
 Phases and distribution shift: several ``[[clients]]`` entries may use the same ``name``.
 They are one client (same weight, shared prefix, program numbering) with several streams,
 usually in consecutive windows (``start_s``/``stop_s``) with different arrivals or rates,
@@ -92,13 +97,15 @@ from fairserve.workloads.spec import (
     MAX_TURNS,
     PROGRAMS,
     ClientSpec,
+    PrefixSpec,
     WorkloadSpec,
 )
 
-TOP_KEYS = ("name", "description", "duration_s", "seed", "clients")
+TOP_KEYS = ("name", "description", "duration_s", "seed", "clients", "prefixes")
 COMMON_KEYS = (
     "name", "count", "weight", "program", "arrival", "rate_per_s", "start_s", "stop_s",
     "input_tokens", "output_tokens", "shared_prefix_tokens", "max_output_tokens",
+    "shared_prefix",
 )  # fmt: skip
 PROGRAM_KEYS: dict[str, tuple[str, ...]] = {
     "single": (),
@@ -142,6 +149,7 @@ def parse_spec(data: Mapping[str, object], source: str) -> WorkloadSpec:
     top = Table(data, "", source)
     top.check_keys(TOP_KEYS)
     duration_s = top.number("duration_s")
+    prefixes = _parse_prefixes(top)
     entries = data.get("clients")
     if not isinstance(entries, list) or not entries:
         top.fail("clients", "a non-empty array of [[clients]] tables", entries)
@@ -150,7 +158,9 @@ def parse_spec(data: Mapping[str, object], source: str) -> WorkloadSpec:
         if not isinstance(entry, Mapping):
             top.fail(f"clients[{index}]", "a table", entry)
         table = Table(entry, f"clients[{index}]", source)
-        clients.extend((table, spec) for spec in _parse_client(table, duration_s))
+        specs = _parse_client(table, duration_s)
+        _check_prefix_name(table, specs[0].shared_prefix, prefixes)
+        clients.extend((table, spec) for spec in specs)
     return WorkloadSpec(
         name=top.string("name", Path(source).stem),
         description=_description(top),
@@ -158,7 +168,35 @@ def parse_spec(data: Mapping[str, object], source: str) -> WorkloadSpec:
         clients=_number_occurrences(clients),
         seed=top.integer("seed", 0, minimum=0),
         source=source,
+        prefixes=prefixes,
     )
+
+
+def _parse_prefixes(top: Table) -> tuple[PrefixSpec, ...]:
+    """The ``[[prefixes]]`` array: unique names, each a length in tokens."""
+    entries = top.data.get("prefixes", [])
+    if not isinstance(entries, list):
+        top.fail("prefixes", "an array of [[prefixes]] tables", entries)
+    out: dict[str, PrefixSpec] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            top.fail(f"prefixes[{index}]", "a table", entry)
+        table = Table(entry, f"prefixes[{index}]", top.source)
+        table.check_keys(("name", "tokens"))
+        name = table.string("name")
+        if not _NAME.fullmatch(name):
+            table.fail("name", "letters, digits, '_', '-' or '.' (starting alphanumeric)", name)
+        if name in out:
+            table.error("name", f"prefix {name!r} is defined twice")
+        out[name] = PrefixSpec(name, table.integer("tokens", maximum=MAX_TOKENS))
+    return tuple(out.values())
+
+
+def _check_prefix_name(table: Table, name: str | None, prefixes: tuple[PrefixSpec, ...]) -> None:
+    if name is None or any(p.name == name for p in prefixes):
+        return
+    known = ", ".join(p.name for p in prefixes) or "none defined"
+    table.error("shared_prefix", f"unknown prefix {name!r}; [[prefixes]]: {known}")
 
 
 def _description(top: Table) -> str:
@@ -198,6 +236,7 @@ def _parse_client(table: Table, duration_s: float) -> list[ClientSpec]:
         max_output_tokens=_optional_length(table, "max_output_tokens"),
         start_s=start_s,
         stop_s=stop_s,
+        shared_prefix=table.string("shared_prefix") if "shared_prefix" in table.data else None,
     )
     spec = _parse_program(table, spec)
     count = table.integer("count", 1, maximum=MAX_CLIENT_COUNT)

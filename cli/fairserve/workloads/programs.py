@@ -28,8 +28,12 @@ from fairserve.workloads.tokens import (
 class ProgramBuilder:
     """Builds the programs of one client stream; deterministic in (seed, client, entry)."""
 
-    def __init__(self, spec: ClientSpec, seed: int, prefix: PrefixSource) -> None:
+    def __init__(
+        self, spec: ClientSpec, seed: int, prefix: PrefixSource, common: bytes = b""
+    ) -> None:
+        """``common``: the named ``[[prefixes]]`` entry the client's prompts start with."""
         self.spec = spec
+        self._common = common
         self._seed = seed
         self._rng = stream_rng(seed, spec.name, PROGRAMS, spec.occurrence)
         self._tokens = TokenPool(self._rng)
@@ -75,7 +79,7 @@ class ProgramBuilder:
         return delays
 
     def _shared_prefix(self) -> bytes:
-        return self._prefix.prefix(self._int(self.spec.shared_prefix_tokens, 0))
+        return self._common + self._prefix.prefix(self._int(self.spec.shared_prefix_tokens, 0))
 
     def _document(self) -> bytes:
         """One of the client's documents (each drawn once, from its own stream)."""
@@ -101,7 +105,7 @@ class ProgramBuilder:
         return self._one_call(app, self._shared_prefix())
 
     def _long_qa(self, app: str) -> tuple[Call, ...]:
-        return self._one_call(app, self._document())
+        return self._one_call(app, self._common + self._document())
 
     def _multi_turn(self, app: str) -> tuple[Call, ...]:
         """Turn k+1's prompt = turn k's prompt + turn k's output + a new user turn."""

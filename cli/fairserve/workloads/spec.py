@@ -57,6 +57,17 @@ class ClientSpec:
     documents: int = 1
     occurrence: int = 0
     """Index of this entry among the entries of the same client (seeds its streams)."""
+    shared_prefix: str | None = None
+    """A named ``[[prefixes]]`` entry every prompt of the client starts with (before its own
+    ``shared_prefix_tokens``): one system prompt shared by several clients."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSpec:
+    """One ``[[prefixes]]`` entry: a named token sequence several clients share."""
+
+    name: str
+    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +80,4 @@ class WorkloadSpec:
     seed: int = 0
     description: str = ""
     source: str = "<memory>"
+    prefixes: tuple[PrefixSpec, ...] = ()

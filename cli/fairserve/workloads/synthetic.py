@@ -13,7 +13,7 @@ from fairserve.workloads.model import ClientInfo, Program
 from fairserve.workloads.parse import load_spec, loads_spec, parse_spec
 from fairserve.workloads.programs import ProgramBuilder
 from fairserve.workloads.spec import WorkloadSpec
-from fairserve.workloads.tokens import ARRIVALS, PREFIX, PrefixSource, stream_rng
+from fairserve.workloads.tokens import ARRIVALS, NAMED_PREFIX, PREFIX, PrefixSource, stream_rng
 
 
 class SyntheticWorkload:
@@ -63,10 +63,15 @@ class SyntheticWorkload:
         prefixes = {
             c.name: PrefixSource(stream_rng(seed, c.name, PREFIX, 0)) for c in self._clients
         }
+        named = {
+            p.name: PrefixSource(stream_rng(seed, p.name, NAMED_PREFIX, 0)).prefix(p.tokens)
+            for p in self.spec.prefixes
+        }
         builders: list[ProgramBuilder] = []
         streams: list[Iterator[tuple[float, int]]] = []
         for index, spec in enumerate(self.spec.clients):
-            builders.append(ProgramBuilder(spec, seed, prefixes[spec.name]))
+            common = named[spec.shared_prefix] if spec.shared_prefix is not None else b""
+            builders.append(ProgramBuilder(spec, seed, prefixes[spec.name], common))
             stop_s = horizon_s if spec.stop_s is None else min(spec.stop_s, horizon_s)
             rng = stream_rng(seed, spec.name, ARRIVALS, spec.occurrence)
             streams.append(_tagged(arrival_times(spec.arrival, rng, spec.start_s, stop_s), index))

@@ -22,6 +22,8 @@ ARRIVALS = 0
 PROGRAMS = 1
 PREFIX = 2
 DOCUMENTS = 3
+NAMED_PREFIX = 4
+"""A ``[[prefixes]]`` entry's tokens (the entry's name stands where a client's would)."""
 
 
 def random_key(rng: np.random.Generator, n_tokens: int) -> bytes:
