@@ -229,3 +229,16 @@ def test_router_and_launch_take_the_flag(tmp_path: Path) -> None:
     assert json.loads(trusted.stdout)["router"]["auth_mode"] == "api-key+trusted-header"
     alone = _fairserve(*base, "--trust-identity-header")
     assert alone.returncode != 0 and "--trust-identity-header" in alone.stderr
+
+
+def test_status_shows_the_identity_mode() -> None:
+    from fairserve.commands.status import _table
+
+    router = {"url": "http://127.0.0.1:1", "healthy": True, "policy": "dlpm"}
+    data = {
+        "router": {**router, "dispatch": "doubleq", "auth_mode": "api-key"},
+        "quantum": {},
+        "workers": [],
+    }
+    title = _table(data).title
+    assert isinstance(title, str) and "identity api-key" in title

@@ -16,6 +16,10 @@ decides weights and shares must be one a client cannot claim. Three modes
 
 Names are 1 to 64 characters from ``A-Z a-z 0-9 . _ : @ / -`` (400 otherwise): no
 control bytes, no lone surrogates, nothing a Prometheus label or a log line chokes on.
+
+Request ids (:func:`upstream_rid`): the worker aborts and deduplicates by rid, so the rid
+sent upstream is the router's own, one no other client can name: a client cannot abort
+(by sending it and resetting its connection) or pre-book another tenant's request.
 """
 
 from __future__ import annotations
