@@ -119,6 +119,24 @@ def test_without_a_clients_file_identities_are_open() -> None:
     run(body())
 
 
+def test_a_body_routing_key_never_names_the_client_upstream() -> None:
+    """The worker charges ``routing_key``: the router's identity replaces the client's."""
+
+    async def body() -> None:
+        overrides: dict[str, Any] = {"clients": KEYS, "weights": WEIGHTS}
+        async with sim_router(1, trust_identity_header=True, **overrides) as (_, session, w):
+            for headers in ({"X-Fairserve-Client": "bob"}, {}):
+                status, answer, _ = await post(
+                    session, "/v1/chat/completions", chat(routing_key="alice"), headers=headers
+                )
+                assert status == 200, answer
+            runtime = w[0].runtime
+            assert runtime is not None
+            assert set(runtime.state()["policy"]["clients"]) == {"bob", "anonymous"}
+
+    run(body())
+
+
 def test_identify_by_mode() -> None:
     """The pure rules, mode by mode."""
     assert identify({"Authorization": "Bearer k-alice"}, {"user": "x"}, KEYS) == "alice"
