@@ -257,6 +257,22 @@ def test_router_settings_reach_the_launched_router(
     _fails(run_cli, env, 2, "--queue-cap", "--engine", "sim", "--dry-run", "--queue-cap", "0")
 
 
+def test_upstream_timeouts_reach_the_launched_router(
+    run_cli: RunCli, env: dict[str, str], tmp_path: Path
+) -> None:
+    profile = str(write_profile(tmp_path))
+    result = run_cli("launch", "--engine", "sim", "--profile", profile, "--dry-run", "--json",
+                     "--request-timeout", "90", "--first-byte-timeout", "45",
+                     "--stall-timeout", "7.5", "--outlier-failures", "5", env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    router = json.loads(result.stdout)["router"]
+    assert (router["request_timeout_s"], router["first_byte_timeout_s"]) == (90, 45)
+    assert (router["stall_timeout_s"], router["outlier_failures"]) == (7.5, 5)
+    assert router["settings_file"].endswith("settings.json")
+    _fails(run_cli, env, 2, "--stall-timeout", "--engine", "sim", "--dry-run",
+           "--stall-timeout", "0")  # fmt: skip
+
+
 def test_sglang_only_options_are_refused_for_sim(run_cli: RunCli, env: dict[str, str]) -> None:
     _fails(run_cli, env, 2, "--tp: applies to --engine sglang",
            "--engine", "sim", "--tp", "2", "--dry-run")  # fmt: skip

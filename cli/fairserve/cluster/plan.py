@@ -20,10 +20,14 @@ from fairserve.cluster.paths import settings_file_path
 from fairserve.core.errors import ConfigError
 from fairserve.router.config import (
     DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_FIRST_BYTE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_OUTSTANDING,
     DEFAULT_METRICS_MAX_CLIENTS,
+    DEFAULT_OUTLIER_FAILURES,
     DEFAULT_QUEUE_CAP,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
     RouterConfig,
     check_url,
     load_clients,
@@ -68,6 +72,10 @@ class LaunchOptions:
     metrics_max_clients: int = DEFAULT_METRICS_MAX_CLIENTS
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     trust_identity_header: bool = False
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    outlier_failures: int = DEFAULT_OUTLIER_FAILURES
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -160,6 +168,10 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         drain_timeout_s=options.drain_timeout_s,
         trust_identity_header=options.trust_identity_header,
         settings_path=str(settings_file_path()),
+        request_timeout_s=options.request_timeout_s,
+        first_byte_timeout_s=options.first_byte_timeout_s,
+        stall_timeout_s=options.stall_timeout_s,
+        outlier_failures=options.outlier_failures,
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
     if not dry_run:

@@ -108,6 +108,10 @@ def launch(
     max_outstanding_per_worker: opts.MaxOutstandingPerWorker = opts.DEFAULT_MAX_OUTSTANDING,
     metrics_max_clients: opts.MetricsMaxClients = opts.DEFAULT_METRICS_MAX_CLIENTS,
     drain_timeout: opts.DrainTimeout = opts.DEFAULT_DRAIN_TIMEOUT_S,
+    request_timeout: opts.RequestTimeout = opts.DEFAULT_REQUEST_TIMEOUT_S,
+    first_byte_timeout: opts.FirstByteTimeout = opts.DEFAULT_FIRST_BYTE_TIMEOUT_S,
+    stall_timeout: opts.StallTimeout = opts.DEFAULT_STALL_TIMEOUT_S,
+    outlier_failures: opts.OutlierFailures = opts.DEFAULT_OUTLIER_FAILURES,
     detach: Annotated[
         bool, typer.Option("--detach", help="Run in the background; print the router URL.")
     ] = False,
@@ -174,7 +178,9 @@ def launch(
         queue_cap=queue_cap, max_body_bytes=max_body_bytes, router_queue=router_queue,
         max_outstanding_per_worker=max_outstanding_per_worker,
         metrics_max_clients=metrics_max_clients, drain_timeout_s=drain_timeout,
-        trust_identity_header=trust_identity_header,
+        trust_identity_header=trust_identity_header, request_timeout_s=request_timeout,
+        first_byte_timeout_s=first_byte_timeout, stall_timeout_s=stall_timeout,
+        outlier_failures=outlier_failures,
     )  # fmt: skip
     out = Output(json_mode=json_output)
     if dry_run:
@@ -250,6 +256,11 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
             "max_outstanding_per_worker": cfg.max_outstanding_per_worker,
             "metrics_max_clients": cfg.metrics_max_clients,
             "drain_timeout_s": cfg.drain_timeout_s,
+            "request_timeout_s": cfg.request_timeout_s,
+            "first_byte_timeout_s": cfg.first_byte_timeout_s,
+            "stall_timeout_s": cfg.stall_timeout_s,
+            "outlier_failures": cfg.outlier_failures,
+            "settings_file": cfg.settings_path,
             "auth_mode": auth_mode(cfg.clients, cfg.trust_identity_header),
         },
         "ready_timeout_s": plan.ready_timeout_s,

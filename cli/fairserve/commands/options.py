@@ -15,6 +15,18 @@ from typing import Annotated, Any
 
 import typer
 
+# The one place the router's defaults live is its configuration (standard library only, so
+# importing it costs the CLI nothing); the commands re-export them from here.
+from fairserve.router.config import DEFAULT_DRAIN_TIMEOUT_S as DEFAULT_DRAIN_TIMEOUT_S
+from fairserve.router.config import DEFAULT_FIRST_BYTE_TIMEOUT_S as DEFAULT_FIRST_BYTE_TIMEOUT_S
+from fairserve.router.config import DEFAULT_MAX_BODY_BYTES as DEFAULT_MAX_BODY_BYTES
+from fairserve.router.config import DEFAULT_MAX_OUTSTANDING as DEFAULT_MAX_OUTSTANDING
+from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS as DEFAULT_METRICS_MAX_CLIENTS
+from fairserve.router.config import DEFAULT_OUTLIER_FAILURES as DEFAULT_OUTLIER_FAILURES
+from fairserve.router.config import DEFAULT_QUEUE_CAP as DEFAULT_QUEUE_CAP
+from fairserve.router.config import DEFAULT_REQUEST_TIMEOUT_S as DEFAULT_REQUEST_TIMEOUT_S
+from fairserve.router.config import DEFAULT_STALL_TIMEOUT_S as DEFAULT_STALL_TIMEOUT_S
+
 ReportJson = Annotated[bool, typer.Option("--json", help="Print one JSON report object.")]
 """``--json`` of the commands that print a DESIGN §7 report (simulate, bench)."""
 
@@ -129,8 +141,42 @@ DrainTimeout = Annotated[
         "--drain-timeout", min=0, help="Seconds the router gives in-flight requests at stop."
     ),
 ]
-DEFAULT_QUEUE_CAP = 1024
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_OUTSTANDING = 32
-DEFAULT_METRICS_MAX_CLIENTS = 100
-DEFAULT_DRAIN_TIMEOUT_S = 10.0
+RequestTimeout = Annotated[
+    float,
+    typer.Option(
+        "--request-timeout",
+        min=0.001,
+        metavar="S",
+        help="Seconds a proxied request may take in all (then it fails and its worker is ejected).",
+    ),
+]
+FirstByteTimeout = Annotated[
+    float,
+    typer.Option(
+        "--first-byte-timeout",
+        min=0.001,
+        metavar="S",
+        help="Streams: seconds until the first byte of the answer (queueing included); "
+        "past it the worker counts as stalled: ejected, the request retried elsewhere.",
+    ),
+]
+StallTimeout = Annotated[
+    float,
+    typer.Option(
+        "--stall-timeout",
+        min=0.001,
+        metavar="S",
+        help="Streams: seconds without a byte once the answer began; past it the stream "
+        "ends with an error event and the worker is ejected.",
+    ),
+]
+OutlierFailures = Annotated[
+    int,
+    typer.Option(
+        "--outlier-failures",
+        min=1,
+        metavar="N",
+        help="Failed answers in a row (5xx, invalid, broken or stalled) that eject a "
+        "worker; it is held out 5 s, doubling per repeat, whatever its /health says.",
+    ),
+]

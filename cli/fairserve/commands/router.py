@@ -99,6 +99,10 @@ def router(
         typer.Option("--trace", metavar="FILE", help="Record a request trace (JSON lines)."),
     ] = None,
     drain_timeout: opts.DrainTimeout = opts.DEFAULT_DRAIN_TIMEOUT_S,
+    request_timeout: opts.RequestTimeout = opts.DEFAULT_REQUEST_TIMEOUT_S,
+    first_byte_timeout: opts.FirstByteTimeout = opts.DEFAULT_FIRST_BYTE_TIMEOUT_S,
+    stall_timeout: opts.StallTimeout = opts.DEFAULT_STALL_TIMEOUT_S,
+    outlier_failures: opts.OutlierFailures = opts.DEFAULT_OUTLIER_FAILURES,
     settings: Annotated[
         str | None,
         typer.Option(
@@ -140,6 +144,10 @@ def router(
         metrics_max_clients=metrics_max_clients,
         trace_path=trace,
         drain_timeout_s=drain_timeout,
+        request_timeout_s=request_timeout,
+        first_byte_timeout_s=first_byte_timeout,
+        stall_timeout_s=stall_timeout,
+        outlier_failures=outlier_failures,
         settings_path=settings,
         extension_urls=parse_extensions(worker_extension or []),
     )

@@ -30,6 +30,7 @@ DEFAULT_METRICS_MAX_CLIENTS = 100
 """Client names (besides the clients file's) with their own Prometheus label; the others
 are summed under ``other`` (see ``router.metrics``)."""
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_FIRST_BYTE_TIMEOUT_S = 300.0
 """Sized for a request that waits in a full engine's queue, not for a hung worker: those are
 found by the health check, whose ejection fails the worker's unanswered requests at once."""
@@ -85,7 +86,7 @@ class RouterConfig:
     eviction_interval_s: float = 0.5
     sample_interval_s: float = 1.0
     connect_timeout_s: float = 2.0
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
     """A streamed answer's first byte of body must arrive within this (queueing included)."""
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
