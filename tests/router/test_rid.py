@@ -171,3 +171,33 @@ def test_a_disconnect_aborts_only_the_request_it_carried() -> None:
             assert state["clients"]["victim"]["finished"] == 1
 
     run(body())
+
+
+TENANTS = 10
+
+
+def test_predicted_rids_and_resets_abort_no_other_tenant() -> None:
+    """The reported attack at scale: learn the rid sequence from one's own answer, then
+    send requests carrying the next rids (the other tenants') and reset each connection."""
+
+    async def body() -> None:
+        async with sim_router(2, worker=SLOW) as (server, session, _):
+            _, answer, _ = await post(session, "/v1/chat/completions", chat(), headers=MALLORY)
+            seen = answer["id"].removeprefix("chatcmpl-")
+            prefix, counter = seen[:16], int(seen[16:], 16)
+            victims = [
+                await _stream_ids(
+                    session, chat(max_tokens=40, stream=True), {"X-Fairserve-Client": f"t-{i}"}
+                )
+                for i in range(TENANTS)
+            ]
+            await asyncio.gather(*(asyncio.wait_for(f, 5.0) for f, _ in victims))
+            for k in range(1, TENANTS + 3):
+                attack = chat(max_tokens=40, stream=True, rid=f"{prefix}{counter + k:016x}")
+                for wait_s in ATTACK_WAITS_S[:4]:
+                    await _post_and_reset(server.url, attack, "mallory", wait_s)
+            reasons = [await asyncio.wait_for(t, 10.0) for _, t in victims]
+            aborted = sum(reason != "length" for reason in reasons)
+            assert aborted == 0, f"{aborted} of {TENANTS} tenants' streams ended early: {reasons}"
+
+    run(body())
