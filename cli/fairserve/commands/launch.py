@@ -161,7 +161,9 @@ def launch(
     --dry-run prints the exact commands and environment instead.
     """
     from fairserve.cluster.plan import LaunchOptions, default_ready_timeout_s
+    from fairserve.commands import logs
 
+    logs.configure("fairserve launch")  # the router's ejections, timestamped, in the logs
     if supervise is not None:
         from fairserve.cluster.run import run_detached_child
 

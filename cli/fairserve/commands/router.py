@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -77,7 +76,8 @@ def router(
         typer.Option(
             "--clients",
             metavar="FILE",
-            help="Clients file (TOML [[clients]] name, api_key, weight): keys map to clients.",
+            # "\[" escapes rich markup, which would take "[clients]" for a style tag.
+            help="Clients file (TOML \\[\\[clients]] name, api_key, weight): keys map to clients.",
         ),
     ] = None,
     admin_token: Annotated[
@@ -192,12 +192,11 @@ def _use_uvloop() -> None:
 async def _serve(config: RouterConfig) -> None:
     import logging
 
+    from fairserve.commands import logs
     from fairserve.router.identity import auth_mode
     from fairserve.router.server import RouterServer
 
-    logging.basicConfig(
-        level=logging.WARNING, format="fairserve router: %(levelname)s: %(message)s"
-    )
+    logs.configure("fairserve router", logging.WARNING)  # ejections etc., timestamped
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -226,5 +225,6 @@ async def _serve(config: RouterConfig) -> None:
 
 
 def _err(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
+    from fairserve.commands import logs
+
+    logs.line(message)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -106,8 +105,10 @@ def worker(
 
 
 async def _serve(config: WorkerConfig, host: str, port: int) -> None:
+    from fairserve.commands import logs
     from fairserve.worker.server import WorkerServer, configure_logging
 
+    logs.configure("fairserve worker")  # timestamped lines; configure_logging adds filters
     configure_logging()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -116,13 +117,11 @@ async def _serve(config: WorkerConfig, host: str, port: int) -> None:
     server = WorkerServer(config, host, port)
     url = await server.start()
     try:
-        sys.stderr.write(
+        logs.line(
             f"fairserve worker listening on {url} (policy {config.policy}, profile "
-            f"{config.profile.name}, speed {config.speed:g}x, model {config.model_name})\n"
+            f"{config.profile.name}, speed {config.speed:g}x, model {config.model_name})"
         )
-        sys.stderr.flush()
         await stop.wait()
-        sys.stderr.write("fairserve worker: shutting down\n")
-        sys.stderr.flush()
+        logs.line("fairserve worker: shutting down")
     finally:
         await server.stop()

@@ -123,8 +123,9 @@ def _param_doc(param: Parameter, ctx: Context) -> ParamDoc | None:
     return ParamDoc(
         name=param.name or "",
         term=term,
-        help=help_.strip(),
-        summary=raw_help.strip().split("\n")[0],
+        # "\[" is rich markup's escape for a literal "[" in --help; pages show the bracket.
+        help=help_.strip().replace("\\[", "["),
+        summary=raw_help.strip().split("\n")[0].replace("\\[", "["),
         flags=_ordered(param.opts) + _ordered(param.secondary_opts) if is_option else (),
         takes_value=takes_value,
         multiple=param.multiple or param.nargs == -1,

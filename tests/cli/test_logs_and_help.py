@@ -1,0 +1,85 @@
+"""Small things an operator trips over in the first hour: the router's help shows the
+clients file's ``[[clients]]`` (rich markup used to eat it), and worker and router log lines
+carry a timestamp, ejections included, so a log can be matched with what clients saw."""
+
+from __future__ import annotations
+
+import re
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.cli.conftest import RunCli
+from tests.worker.processes import free_port, read_ready_url, spawn, worker_command
+
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
+
+
+def test_router_help_and_man_page_show_the_clients_table(run_cli: RunCli) -> None:
+    shown = run_cli("router", "--help", env={"COLUMNS": "200"})
+    assert shown.returncode == 0
+    assert "TOML [[clients]] name, api_key, weight" in shown.stdout
+    from fairserve.commands.docgen import generate
+
+    page = generate()["man/fairserve-router.1"]
+    assert "TOML [[clients]] name, api_key, weight" in page and "\\e[" not in page
+
+
+def _lines_until(proc: subprocess.Popen[str], pattern: str, timeout_s: float) -> list[str]:
+    """stderr lines of ``proc`` up to the first matching ``pattern`` (bounded in time)."""
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.1)
+        if ready:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line.rstrip("\n"))
+            if re.search(pattern, line):
+                return seen
+    raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s: {seen}")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def test_worker_and_router_lines_and_ejections_are_timestamped(fairserve_exe: Path) -> None:
+    worker = spawn(worker_command("--port", "0"))
+    router = None
+    try:
+        worker_url = read_ready_url(worker)
+        port = free_port()
+        router = spawn([str(fairserve_exe), "router", "--port", str(port),
+                        "--worker-url", worker_url])  # fmt: skip
+        ready = _lines_until(router, "listening on", 20.0)
+        assert re.match(STAMP + "fairserve router listening on", ready[-1]), ready
+        _stop(worker)  # the router's health checks eject it
+        ejected = _lines_until(router, "ejected", 30.0)
+        assert re.match(STAMP + r"fairserve router: WARNING: worker \S+ ejected", ejected[-1])
+    finally:
+        _stop(worker)
+        if router is not None:
+            _stop(router)
+    worker_log = worker.stderr.read() if worker.stderr else ""
+    assert re.search("^" + STAMP + "fairserve worker: shutting down", worker_log, re.M), worker_log
+
+
+def test_worker_ready_line_is_timestamped() -> None:
+    worker = spawn(worker_command("--port", "0"))
+    try:
+        assert worker.stderr is not None
+        line = _lines_until(worker, "listening on", 20.0)[-1]
+        assert re.match(STAMP + "fairserve worker listening on http://127.0.0.1:", line), line
+    finally:
+        _stop(worker)
