@@ -24,8 +24,6 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + dumps(payload).encode() + b"\n\n"
 
 
-
-
 def openai_finish(ticket: Ticket) -> str | None:
     reason = ticket.finish_reason
     return None if reason is None else str(reason["type"])
