@@ -67,7 +67,11 @@ class StatusView:
         cfg = sup.plan.router if sup is not None else None
         title = f"fairserve  {self.router_url}"
         if cfg is not None:
-            title += f"  policy {cfg.policy}  dispatch {cfg.dispatch}  (Ctrl-C stops)"
+            from fairserve.router.identity import auth_mode
+
+            mode = auth_mode(cfg.clients, cfg.trust_identity_header)
+            title += f"  policy {cfg.policy}  dispatch {cfg.dispatch}  identity {mode}"
+            title += "  (Ctrl-C stops)"
         table = Table(title=title, title_justify="left", box=None, padding=(0, 2))
         for column in ("worker", "url", "state", "restarts"):
             table.add_column(column)
