@@ -35,6 +35,9 @@ from sglang.srt.disaggregation.utils import DisaggregationMode
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
 from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
 from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import (
+    NewTokenRatioTracker,
+)
 from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
@@ -55,7 +58,8 @@ FLOAT16 = importlib.import_module("torch").float16
 """The KV pool's dtype (torch comes with SGLang; imported by name, so the main environment's
 type check, which has no torch, reads it as ``Any``)."""
 OUTPUT_TOKEN = 7
-"""Every token the stand-in model produces (the finish is by length: ``ignore_eos``)."""
+"""Every token the stand-in model produces (never an end of sequence: requests finish by
+length, but SGLang reserves only ``new_token_ratio`` of their outputs, as for real ones)."""
 
 
 @dataclass
@@ -89,7 +93,9 @@ class Step:
     step: int
     prefill: Prefill | None
     retracted: list[str]
-    decoded: list[str]
+    results: list[tuple[str, int, bool]] | None
+    """After the forward (None: no batch ran): (rid, output tokens so far, finished) of
+    every request in the batch."""
 
 
 def set_policy(
@@ -134,7 +140,12 @@ class Engine:
         max_running: int = 32,
         max_prefill_tokens: int = 8192,
         server_args: dict[str, Any] | None = None,
+        new_token_ratio: float = 0.7,
     ) -> None:
+        """``new_token_ratio``: the share of ``max_new_tokens`` the adder reserves for a
+        request's outputs (SGLang's ``NewTokenRatioTracker``: raised by a retraction, then
+        lowered step by step back to this floor; a low one over-admits, and the decode steps
+        retract)."""
         args = ServerArgs(model_path="dummy", device="cpu", **(server_args or {}))
         set_global_server_args_for_scheduler(args)
         self.req_pool = ReqToTokenPool(
@@ -163,7 +174,9 @@ class Engine:
         )
         self.running = ScheduleBatch(reqs=[], batch_is_full=False)
         self.last_prefill: ScheduleBatch | None = None
-        self.new_token_ratio = 0.7
+        self.ratio = NewTokenRatioTracker(
+            init=new_token_ratio, min=new_token_ratio, decay=0.02, current=new_token_ratio
+        )
         self.steps = 0
         self.inputs: list[Any] = []
         """Messages for the next iteration's ``process_input_requests``."""
@@ -182,7 +195,7 @@ class Engine:
     # ------------------------------------------------------------ requests
     def add(self, rid: str, tokens: Iterable[int], max_new: int, client: str | None) -> Req:
         """A tokenized request arrives (``Scheduler._add_request_to_queue``)."""
-        sampling = SamplingParams(max_new_tokens=max_new, ignore_eos=True)
+        sampling = SamplingParams(max_new_tokens=max_new)
         sampling.normalize(None)
         req = Req(
             rid, "", array("q", tokens), sampling, routing_key=client, vocab_size=VOCAB,
@@ -205,11 +218,12 @@ class Engine:
             self.last_prefill = batch
         else:
             batch, retracted = self._decode_batch()
-        decoded = [r.rid for r in batch.reqs] if batch is not None else []
+        results = None
         if batch is not None:
             self.scheduler.process_batch_result(batch, SimpleNamespace(kind="stand-in"))
+            results = [(str(r.rid), len(r.output_ids), bool(r.finished())) for r in batch.reqs]
         self.steps += 1
-        return Step(self.steps - 1, prefill, retracted, decoded)
+        return Step(self.steps - 1, prefill, retracted, results)
 
     def _merge_last_prefill(self) -> None:
         last, self.last_prefill = self.last_prefill, None
@@ -236,7 +250,7 @@ class Engine:
         self.policy.calc_priority(queue, running, processed_tokens=0)
         record = Prefill({str(r.rid): int(r.prefix_len) for r in queue})
         adder = PrefillAdder(
-            1, self.cache, self.allocator, running, self.new_token_ratio,
+            1, self.cache, self.allocator, running, self.ratio.current,
             self.max_prefill_tokens, None, 0, 0, max_prefill_bs=0,
             max_running_requests=self.max_running, waiting_queue_len=len(queue),
         )  # fmt: skip
@@ -278,11 +292,13 @@ class Engine:
             return None, []
         retracted: list[str] = []
         if not batch.check_decode_mem():
-            reqs, self.new_token_ratio, _aborts = batch.retract_decode()
+            reqs, self.ratio.current, _aborts = batch.retract_decode()
             for req in reqs:
                 retracted.append(str(req.rid))
                 self.scheduler._add_request_to_queue(req, is_retracted=True)
             batch.batch_is_full = False
+        else:
+            self.ratio.decay_step()
         batch.prepare_for_decode()
         return batch, retracted
 
