@@ -65,5 +65,8 @@ def programs_report(
         c: completion_summary(rs, unfinished_by_client.get(c, 0))
         for c, rs in sorted(by_client.items())
     }
-    out["types"] = {t: completion_summary(rs, 0) for t, rs in sorted(by_type.items())}
+    out["types"] = {  # unfinished programs are counted per client only
+        t: {k: v for k, v in completion_summary(rs, 0).items() if k != "unfinished"}
+        for t, rs in sorted(by_type.items())
+    }
     return out
