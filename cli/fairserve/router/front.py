@@ -9,10 +9,13 @@ request, and one write per answer.
 
 **What the front serves.** ``POST`` to ``/v1/chat/completions``, ``/v1/completions`` or
 ``/generate`` over HTTP/1.0 or 1.1, with a ``Content-Length`` body within the size limit
-and no ``Transfer-Encoding``, ``Expect`` or ``Upgrade``. Anything else (other routes and
-methods, chunked or oversize bodies, heads it cannot parse) is handed over, with the
-connection and the bytes read so far, to aiohttp's protocol, which answers exactly as it
-always did (404, 405, 413, 400...); the connection then stays with aiohttp.
+and no ``Transfer-Encoding``, ``Expect`` or ``Upgrade``, whose head (at most 8190 bytes)
+arrives whole and passes :mod:`~fairserve.router.http11`'s strict rules. Anything else
+(other routes and methods, chunked or oversize bodies, heads that break a rule or arrive
+in pieces) is handed over, with the connection and the bytes read so far, to aiohttp's
+protocol, which answers exactly as it always did (404, 405, 413, 400...); the connection
+then stays with aiohttp. So the two paths refuse the same bytes with the same status by
+construction (``tests/router/test_http_strict_fuzz.py`` checks it).
 
 **What it keeps from aiohttp.** A client that disconnects cancels its handler (aiohttp's
 ``handler_cancellation``), which aborts the upstream request; keep-alive and pipelined
@@ -235,8 +238,10 @@ class FrontConnection(asyncio.Protocol):
         if head is None:
             end = self._buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
             if end < 0:
-                if len(self._buf) > MAX_HEAD_BYTES:
-                    self._hand_over()
+                # The front serves heads that arrive whole. A partial one goes to aiohttp,
+                # whose incremental parser refuses a bad prefix at once, as the aiohttp path
+                # does, and whose keep-alive timeout ends one that trickles.
+                self._hand_over()
                 return
             head = _parse_head(bytes(self._buf[:end]), end + 4, self.front.max_body_bytes)
             if head is None:
