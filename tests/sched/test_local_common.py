@@ -21,10 +21,11 @@ from tests.sched.local_workloads import run_workload, workloads
 POLICIES: dict[str, dict[str, Any]] = {
     "fcfs": {},
     "lpm": {},
-    "vtc": {},
-    "lcf": {},
-    # The fill patience trades strict work conservation for no starvation of large
-    # requests (tested in test_local_dlpm); unlimited patience is the strict setting.
+    # The memory (fill) patience trades strict work conservation for no starvation of
+    # large requests (tested in test_local_memory_bound and test_local_dlpm); unlimited
+    # patience is the strict setting.
+    "vtc": {"memory_patience": 10**9},
+    "lcf": {"memory_patience": 10**9},
     "dlpm": {"fill_patience": 10**9},
     "rpm": {"limit_per_min": 100_000},
     "justitia": {"hol_blocking": False},  # the paper's vLLM admission waits

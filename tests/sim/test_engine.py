@@ -4,6 +4,7 @@ retraction, and fused decode being exactly step-by-step decode."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,10 +22,11 @@ TIME = PiecewiseLinearBatchTime(
 
 
 def make_engine(policy: str = "vtc", strict: bool = False, **config: object) -> Engine:
-    """An engine with ``policy``; ``strict`` gives DLPM unlimited fill patience (its
-    strictly work-conserving setting)."""
+    """An engine with ``policy``; ``strict`` gives DLPM unlimited fill patience and VTC/LCF
+    unlimited memory patience (their strictly work-conserving settings)."""
     settings_ = {"kv_capacity_tokens": 20_000, "max_batch_tokens": 2048, **config}
-    params = {"fill_patience": 10**9} if strict and policy == "dlpm" else {}
+    patience = {"dlpm": "fill_patience", "vtc": "memory_patience", "lcf": "memory_patience"}
+    params: dict[str, Any] = {patience[policy]: 10**9} if strict and policy in patience else {}
     policy_ = make_local_policy(policy, **params)
     return Engine(policy_, TIME, EngineConfig(**settings_))  # type: ignore[arg-type]
 

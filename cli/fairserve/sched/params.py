@@ -111,3 +111,11 @@ QUANTUM = Param(
 )
 W_E = Param("w_e", float, 1.0, "service per extend (uncached prompt) token", minimum=0.0)
 W_Q = Param("w_q", float, 2.0, "service per output token", minimum=0.0)
+MEMORY_PATIENCE = Param(
+    "memory_patience",
+    int,
+    8,
+    "decisions in a row the most entitled client may be bypassed while blocked on memory "
+    "before admissions pause until its request fits (0: VTC Algorithm 2's Break)",
+    minimum=0,
+)

@@ -59,6 +59,10 @@ class LocalPolicy(ABC):
         self.waiting: dict[str, int] = {}
         self.service: dict[str, float] = {}
         self._estimated_extend: dict[int, int] = {}
+        self.patience: MemoryPatience | None = (
+            MemoryPatience(self.p["memory_patience"]) if "memory_patience" in self.p else None
+        )
+        """Set when the policy declares ``memory_patience`` (see :class:`MemoryPatience`)."""
 
     # ------------------------------------------------------------ configuration
     def weight(self, client: str) -> float:
@@ -87,9 +91,17 @@ class LocalPolicy(ABC):
     def select(
         self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
     ) -> list[Request]:
-        """Generic admission: passes over ``order(...)`` until a pass admits nothing."""
+        """Generic admission: passes over ``order(...)`` until a pass admits nothing.
+
+        With a :class:`MemoryPatience` (policies declaring ``memory_patience``), the first
+        admissible request that does not fit is the most entitled one blocked on memory:
+        the requests behind it are admitted past it only while the patience lasts."""
         admitted: list[Request] = []
         remaining = self.order(waiting, match_len)
+        patience = self.patience
+        hold = patience is not None and patience.hold
+        blocked: str | None = None
+        bypassed = False
         while remaining:
             skipped: list[Request] = []
             progress = False
@@ -100,9 +112,17 @@ class LocalPolicy(ABC):
                     self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
                     admitted.append(req)
                     progress = True
+                    bypassed = bypassed or (blocked is not None and req.client != blocked)
+                elif blocked is None:
+                    blocked = req.client
+                    if hold:  # Algorithm 2's Break: memory that frees up waits for it
+                        progress = False
+                        break
             if not progress:
                 break
             remaining = skipped
+        if patience is not None:
+            patience.decided(blocked, bypassed)
         return admitted
 
     def order(self, waiting: Sequence[Request], match_len: MatchLen) -> list[Request]:
@@ -226,6 +246,65 @@ class LocalPolicy(ABC):
         if count <= 0:
             raise ConfigError(f"client {client!r} has no waiting request to admit or abort")
         self.waiting[client] = count - 1
+
+
+class MemoryPatience:
+    """Keeps a client blocked on memory from being bypassed indefinitely (issue 17).
+
+    Why: a policy that skips a request which does not fit and admits the ones behind it
+    (work conservation) lets the memory freed by small requests flow to the clients that
+    send small requests for ever, while the most entitled client's larger request never
+    fits. VTC's Theorem 4.4 and DLPM's Theorems 4.1/4.2 assume the opposite (Algorithm 2's
+    ``Break``; Algorithm 1's credit-holder blocking refills); with mixed sizes the gap then
+    grows linearly (seen: 127k against a 40k bound).
+
+    How: a policy reports, at the end of every decision, which client was the most entitled
+    one left blocked on memory (``None`` if none) and whether anything was admitted past it
+    (a *bypass*). After ``patience`` consecutive bypasses of the same client, :attr:`hold`
+    is true: the policy stops admitting at the first most-entitled request that does not fit
+    (Algorithm 2's ``Break``), so the memory that frees up accumulates for it. Running
+    requests keep decoding, so the worker never idles while it holds requests. The hold
+    ends when a decision ends with nobody blocked or with another client blocked (the held
+    client was served until it stopped being the most entitled).
+
+    Sense of work conservation: that of VTC §4.3, "stops adding requests to a partially
+    filled batch only when it runs out of memory (for the next request in fairness order),
+    never for fairness reasons"; strict skipping, for up to ``patience`` decisions in a row.
+
+    Bound: while held the policy is Algorithm 2 (VTC) or Algorithm 1 (DLPM) exactly, so the
+    proofs apply; each episode of bypasses lets the bypassed client fall behind by at most
+    what ``patience`` decisions admit past it, and memory-bound tests keep VTC within
+    ``2·max(w_p·L_input, w_q·M)`` with the default patience (``tests/sched``).
+
+    ``patience=0`` is Algorithm 2 exactly; a huge value is pure skipping. Policies call
+    :meth:`decided` once per decision and read :attr:`hold` before it (Justitia and other
+    skipping policies: same two calls)."""
+
+    __slots__ = ("blocked", "bypasses", "patience")
+
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+        self.bypasses = 0
+        """Consecutive decisions that bypassed :attr:`blocked`."""
+        self.blocked: object = None
+        """The most entitled client left blocked by the last decision (None: none)."""
+
+    @property
+    def hold(self) -> bool:
+        """Whether this decision must stop at the first most-entitled request that does
+        not fit, instead of admitting what still fits behind it."""
+        return self.bypasses >= self.patience
+
+    def decided(self, blocked: object, bypassed: bool) -> None:
+        """Record a decision's end: the most entitled client left blocked on memory
+        (``None``: nobody) and whether requests of others were admitted past it."""
+        if blocked is None:
+            self.bypasses = 0
+        elif blocked != self.blocked:
+            self.bypasses = 1 if bypassed else 0
+        elif bypassed:
+            self.bypasses += 1
+        self.blocked = blocked
 
 
 _REGISTRY: dict[str, type[LocalPolicy]] = {}

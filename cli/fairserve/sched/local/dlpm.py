@@ -24,7 +24,8 @@ in the cache) can starve for as long as the others keep sending: seen in the sim
 long-context client got nothing for a whole run. After ``fill_patience`` consecutive
 decisions that end with a client with credit blocked on memory, the fill pauses (the
 worker keeps decoding its batch; only new admissions wait) until that client's request
-fits, then resumes.
+fits, then resumes. This is the shared :class:`~fairserve.sched.local.base.MemoryPatience`
+that VTC, LCF and Justitia use too (there counted in bypasses of the least-served client).
 
 Why not the simpler refinement "a client whose requests all failed ``can_fit`` is not
 backlogged for CHECKREFILL": the LPM-first client then takes the freed memory at every
@@ -53,7 +54,13 @@ from typing import Any
 
 from fairserve.core.radix import RadixTree
 from fairserve.core.types import Request
-from fairserve.sched.local.base import CanFit, LocalPolicy, MatchLen, register_local
+from fairserve.sched.local.base import (
+    CanFit,
+    LocalPolicy,
+    MatchLen,
+    MemoryPatience,
+    register_local,
+)
 from fairserve.sched.local.dlpm_pass import DecisionState
 from fairserve.sched.local.lpm import lpm_sorted
 from fairserve.sched.params import QUANTUM, W_E, W_Q, Param
@@ -74,6 +81,10 @@ FILL_PATIENCE = Param(
 )
 
 
+CREDIT_BLOCKED = "clients with credit"
+"""What DLPM reports blocked to its :class:`MemoryPatience`: any client with credit."""
+
+
 @register_local
 class DLPM(LocalPolicy):
     """LPM order gated by per-client deficit counters with quantum refills."""
@@ -87,8 +98,15 @@ class DLPM(LocalPolicy):
         self._quantum: float = float(self.p["quantum"])
         self.deficits: dict[str, float] = {}
         self.refills = 0
-        self.blocked_decisions = 0
+        self.patience = self._fill_patience = MemoryPatience(self.p["fill_patience"])
+        """The shared memory patience, fed with "a client with credit is blocked" (any
+        of them, bypassed or not: DLPM's original fill patience, so its records stay as
+        they were)."""
+
+    @property
+    def blocked_decisions(self) -> int:
         """Consecutive decisions that ended with a client with credit blocked on memory."""
+        return self._fill_patience.bypasses
 
     # ------------------------------------------------------------ configuration
     @property
@@ -146,10 +164,10 @@ class DLPM(LocalPolicy):
             admitted.append(req)
 
         order = lpm_sorted(waiting, matches)
-        fill = self.p["work_conserving"] and self.blocked_decisions < self.p["fill_patience"]
+        fill = self.p["work_conserving"] and not self._fill_patience.hold
         state = DecisionState(order, self.deficits, self._refill, fill)
         state.run(can_fit, admit)
-        self.blocked_decisions = self.blocked_decisions + 1 if state.credit_blocked else 0
+        self._fill_patience.decided(CREDIT_BLOCKED if state.credit_blocked else None, bypassed=True)
         return admitted
 
     def _select_one(
@@ -162,11 +180,11 @@ class DLPM(LocalPolicy):
         client = req.client
         if self.deficits.setdefault(client, 0.0) <= 0:
             self._refill((client,))  # CHECKREFILL: nobody queued has credit
-        if not can_fit(req):
-            self.blocked_decisions += 1  # the client now has credit and is blocked on memory
+        if not can_fit(req):  # the client now has credit and is blocked on memory
+            self._fill_patience.decided(CREDIT_BLOCKED, bypassed=True)
             return []
         self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
-        self.blocked_decisions = 0
+        self._fill_patience.decided(None, bypassed=False)
         return [req]
 
     def _refill(self, candidates: Collection[str]) -> None:

@@ -11,6 +11,15 @@ Departures from the paper, on purpose:
 * **Work conservation.** Algorithm 2 stops (``Break``) at the first request that does not
   fit; here that request is skipped and the selection goes on, so a worker is never left
   idle with fitting work (DESIGN §1). The client keeps its place with its next request.
+  Skipping alone breaks Theorem 4.4 when request sizes differ and memory is the limit: the
+  memory freed by small requests goes to the small-request client for ever (issue 17: a
+  gap of 127k against a bound of 40k). So after ``memory_patience`` consecutive decisions
+  that admitted others past the least-counter client blocked on memory, the selection
+  stops at it (the ``Break``) until it fits or is no longer the least served
+  (:class:`~fairserve.sched.local.base.MemoryPatience`); running requests keep decoding.
+  With it the bound ``2·max(w_p·L_input, w_q·M)`` holds on memory-bound mixed-size
+  workloads (``tests/sched/test_local_memory_bound.py``); ``memory_patience=0`` is
+  Algorithm 2 exactly.
 * **Charged prompt tokens.** fairserve measures service prefix-aware, ``w_e`` per *extend*
   token (DLPM §3), so every policy is compared on the same yardstick; with the default
   :class:`~fairserve.core.cost.WeightedTokenCost` and no prefix cache this is exactly the
@@ -30,7 +39,7 @@ from typing import Any
 
 from fairserve.core.types import Request
 from fairserve.sched.local.base import CanFit, LocalPolicy, MatchLen, register_local
-from fairserve.sched.params import W_E, W_Q, Param
+from fairserve.sched.params import MEMORY_PATIENCE, W_E, W_Q, Param
 
 CHARGE_CACHED = Param(
     "charge_cached",
@@ -46,7 +55,7 @@ class VTC(LocalPolicy):
 
     name = "vtc"
     description = "virtual token counter: serve the least-served client, lift returning clients"
-    params = (W_E, W_Q, CHARGE_CACHED)
+    params = (W_E, W_Q, CHARGE_CACHED, MEMORY_PATIENCE)
     lift = True
 
     def __init__(self, **kwargs: Any) -> None:
@@ -82,6 +91,9 @@ class VTC(LocalPolicy):
         heap = [(self.counters.get(c, 0.0), c) for c in queues]
         heapq.heapify(heap)
         admitted: list[Request] = []
+        patience = self.patience
+        blocked: str | None = None  # the least-counter client whose request did not fit
+        bypassed = False
         while heap:
             _, client = heapq.heappop(heap)
             queue = queues[client]
@@ -89,8 +101,15 @@ class VTC(LocalPolicy):
             if can_fit(req):
                 self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
                 admitted.append(req)
+                bypassed = bypassed or (blocked is not None and client != blocked)
+            elif blocked is None:
+                blocked = client
+                if patience is not None and patience.hold:
+                    break  # line 21's Break: freed memory waits for this request
             if queue:
                 heapq.heappush(heap, (self.counters.get(client, 0.0), client))
+        if patience is not None:
+            patience.decided(blocked, bypassed)
         return admitted
 
     def _admitted(self, req: Request, extend_tokens: int, now_s: float) -> None:
