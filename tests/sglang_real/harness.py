@@ -99,11 +99,16 @@ class Step:
 
 
 def set_policy(
-    policy: str | None, quantum: float | None = None, extension: bool = False, **params: Any
+    policy: str | None,
+    quantum: float | None = None,
+    extension: bool = False,
+    admin_token: str | None = None,
+    **params: Any,
 ) -> None:
     """Configure the loaded plugin for the next :class:`Engine`, from the environment
     variables the launcher sets (None: the plugin does nothing, as without
-    ``FAIRSERVE_POLICY``); ``extension``: serve the worker extension on a free port."""
+    ``FAIRSERVE_POLICY``); ``extension``: serve the worker extension on a free port of
+    127.0.0.1 (writes need ``admin_token`` when one is given)."""
     reset_plugin()
     if policy is None:
         return
@@ -114,6 +119,8 @@ def set_policy(
         env["FAIRSERVE_POLICY_PARAMS"] = json.dumps(params)
     if extension:
         env["FAIRSERVE_EXTENSION_PORT"] = "0"
+    if admin_token is not None:
+        env["FAIRSERVE_ADMIN_TOKEN"] = admin_token
     config = config_from_env(env)
     assert config is not None
     hooks.activate(config)
