@@ -57,10 +57,12 @@ class ConnectionLimits:
 
     def runner_options(self) -> dict[str, Any]:
         """aiohttp's ``AppRunner`` options: its parser limits pinned to :mod:`http11`'s (so
-        both paths refuse the same heads) and the keep-alive timeout, which also bounds
-        how long a head may take to arrive."""
+        both paths refuse the same heads), the keep-alive timeout, which also bounds how
+        long a head may take to arrive, and the lingering time (how long the unread rest of
+        a refused body is read and dropped before closing; aiohttp's 10 s at most)."""
         return {
             "keepalive_timeout": self.idle_timeout_s,
+            "lingering_time": min(10.0, self.idle_timeout_s),
             "max_line_size": http11.MAX_FIELD_BYTES,
             "max_field_size": http11.MAX_FIELD_BYTES,
             "max_headers": http11.MAX_HEADERS,
