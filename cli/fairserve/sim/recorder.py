@@ -98,6 +98,9 @@ class Recorder:
         """When the next sample is due (the event loop checks it before calling in)."""
         self._worker_finished: dict[int, int] = {}
         self._credited: set[int] = set()
+        self._open: dict[int, str] = {}
+        """Accepted calls not seen finished yet (id → client): what is unfinished at the
+        end, including calls an engine finished in a step that ends after the run does."""
 
     def _client(self, name: str) -> ClientCounters:
         if name not in self.counters:
@@ -109,12 +112,17 @@ class Recorder:
     def arrived(self, req: Request) -> None:
         counters = self._client(req.client)
         counters.submitted += 1
+        self._open[id(req)] = req.client
         if counters.first_arrival_s is None:
             counters.first_arrival_s = req.arrival_s
         counters.last_arrival_s = req.arrival_s
 
     def rejected(self, req: Request) -> None:
-        self._client(req.client).rejected += 1
+        """A refused call was submitted too: ``finished + unfinished + rejected =
+        submitted``."""
+        counters = self._client(req.client)
+        counters.submitted += 1
+        counters.rejected += 1
 
     def step(self, worker: int, result: StepResult) -> None:
         w_e, w_q, service, counters = self.w_e, self.w_q, self.service, self.counters
@@ -133,6 +141,7 @@ class Recorder:
         self._worker_finished[worker] = self._worker_finished.get(worker, 0) + len(result.finished)
         for req in result.finished:
             credited.discard(id(req))
+            self._open.pop(id(req), None)
             self.records.append(
                 RequestRecord(
                     req.client,
@@ -167,10 +176,11 @@ class Recorder:
         worker_ids: Sequence[str],
         dispatcher: Dispatcher,
     ) -> SimResult:
+        # Not only what the engines still hold: a step in flight at the end already took
+        # its finished calls out of the engine, but the clients have not seen them finish.
         unfinished: dict[str, int] = {}
-        for engine in engines:
-            for req in [*engine.waiting, *(s.req for s in engine.running)]:
-                unfinished[req.client] = unfinished.get(req.client, 0) + 1
+        for client in self._open.values():
+            unfinished[client] = unfinished.get(client, 0) + 1
         return SimResult(
             end_s=end_s,
             clients=list(self.clients),

@@ -36,6 +36,7 @@ def build_report(result: SimResult, meta: dict[str, Any] | None = None) -> dict[
             "jain_window_s": list(window),
             "max_service_gap": max_service_gap(result.samples).value,
             "queue": _queue(result),
+            "conservation": _conservation(result),
             "clients": _clients(result, span_s),
             "workers": _workers(result, span_s),
             "programs": programs_report(result.programs, result.programs_unfinished),
@@ -70,6 +71,26 @@ def _clients(result: SimResult, span_s: float) -> dict[str, dict[str, Any]]:
             "ttft_p99_s": _finite(percentile(ttfts, 99)),
         }
     return out
+
+
+def _conservation(result: SimResult) -> dict[str, Any]:
+    """Every submitted call is finished, unfinished (still queued, running or finishing in
+    a step past the end) or rejected; ``holds`` says the three add up, for every client."""
+    finished: dict[str, int] = {}
+    for record in result.records:
+        finished[record.client] = finished.get(record.client, 0) + 1
+    totals = {"submitted": 0, "finished": 0, "unfinished": 0, "rejected": 0}
+    holds = True
+    for name, counters in result.counters.items():
+        done, open_, refused = (
+            finished.get(name, 0),
+            result.unfinished.get(name, 0),
+            counters.rejected,
+        )
+        holds = holds and done + open_ + refused == counters.submitted
+        for key, value in zip(totals, (counters.submitted, done, open_, refused), strict=True):
+            totals[key] += value
+    return {**totals, "holds": holds}
 
 
 def _workers(result: SimResult, span_s: float) -> list[dict[str, Any]]:
