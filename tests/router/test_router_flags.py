@@ -115,3 +115,14 @@ def test_bad_flag_values_exit_2() -> None:
         done = subprocess.run(_router("--worker-url", "http://127.0.0.1:9", flag, value),
                               capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
         assert done.returncode == 2 and flag in done.stderr
+
+
+def test_listening_beyond_loopback_is_said_out_loud() -> None:
+    from fairserve.router.config import RouterConfig
+
+    local = RouterConfig(worker_urls=("http://127.0.0.1:1",), host="127.0.0.1")
+    assert local.exposure_warning() is None
+    exposed = RouterConfig(worker_urls=("http://127.0.0.1:1",), host="0.0.0.0")
+    warning = exposed.exposure_warning()
+    assert warning is not None and "0.0.0.0" in warning and "no --clients file" in warning
+    assert "admin writes are off" in warning

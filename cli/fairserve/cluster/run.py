@@ -56,6 +56,8 @@ async def supervise(plan: LaunchPlan, run_dir: Path, view: StatusView, detached:
             f"engine {info.engine}, policy {info.policy}, dispatch {info.dispatch}, "
             f"identity {_auth_mode(plan)}; logs in {run_dir})"
         )
+        if (exposed := plan.router.exposure_warning()) is not None:
+            view.log(f"warning: {exposed}")
         view.ready(supervisor, info.router_url)
         await supervisor.watch(stop, view.tick)
         view.log("stopping")

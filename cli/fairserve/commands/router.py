@@ -210,6 +210,8 @@ async def _serve(config: RouterConfig) -> None:
             error = server.router.upstreams[worker].last_error
             _err(f"fairserve router: warning: worker {worker} is unreachable ({error}); "
                  "it joins when its health check passes")  # fmt: skip
+        if (exposed := config.exposure_warning()) is not None:
+            _err(f"fairserve router: warning: {exposed}")
         healthy = len(config.worker_urls) - len(down)
         _err(
             f"fairserve router listening on {url} ({healthy}/{len(config.worker_urls)} workers "

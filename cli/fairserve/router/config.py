@@ -159,6 +159,24 @@ class RouterConfig:
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name}: expected a positive number, got {value}")
 
+    def exposure_warning(self) -> str | None:
+        """A warning when the router listens beyond loopback (``--host 0.0.0.0``): an
+        operator must not open a fleet to the network without knowing what that admits."""
+        from fairserve.api.auth import is_loopback_host  # lazily: the CLI imports this module
+
+        if is_loopback_host(self.host):
+            return None
+        who = (
+            "any client may claim any name (no --clients file)"
+            if not self.clients
+            else "requests need an API key from the clients file"
+        )
+        admin = "admin writes need the admin token" if self.admin_token else "admin writes are off"
+        return (
+            f"listening on {self.host}, beyond loopback: anyone who can reach it can send "
+            f"requests; {who}; {admin}"
+        )
+
     def weight_of(self, client: str) -> float:
         return self.weights.get(client, 1.0)
 
