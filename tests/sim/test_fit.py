@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairserve.core.errors import ConfigError
-from fairserve.sim.fit import PiecewiseLinearFit, fit_piecewise_linear
+from fairserve.sim.fit import PiecewiseLinearFit, fit_batch_time, fit_piecewise_linear
 
 # Token loads spaced like published profiling sweeps: dense at the bottom, sparse at the top.
 VIDUR_LIKE_LOADS = [1, 2, 4, 8, *range(16, 512, 8), *range(512, 8193, 64)]
@@ -125,3 +125,70 @@ def test_recovers_any_hinge_without_noise(
 def test_rejects_unusable_input(loads: list[float], times: list[float], expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         fit_piecewise_linear(loads, times)
+
+
+def test_constant_times_are_flat_up_to_the_largest_load() -> None:
+    """No slope, no knee: like falling times, the profile is flat over the whole range."""
+    fit = fit_piecewise_linear([1, 2, 3, 4], [0.2, 0.2, 0.2, 0.2])
+
+    assert (fit.a_s_per_token, fit.b0_tokens) == (0.0, 4)
+
+
+def test_single_step_runs_are_the_piecewise_fit() -> None:
+    rng = np.random.default_rng(11)
+    times = np.array(hinge(VIDUR_LIKE_LOADS, 0.01, 6.5e-5, 300)) * rng.normal(1, 0.01, 187)
+
+    runs = [((float(load), 1),) for load in VIDUR_LIKE_LOADS]
+    general = fit_batch_time(runs, times)
+    piecewise = fit_piecewise_linear(VIDUR_LIKE_LOADS, times)
+
+    assert general.attention_s_per_token == 0.0
+    assert (general.constant_s, general.a_s_per_token, general.b0_tokens, general.r2) == (
+        piecewise.c_s,
+        piecewise.a_s_per_token,
+        piecewise.b0_tokens,
+        piecewise.r2,
+    )
+
+
+def _run_rows(
+    runs: list[tuple[tuple[float, int], ...]], contexts: list[float], attention_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean step time and mean context of each run under c=0.01, a=4e-5, b0=256."""
+    means, mean_contexts = [], []
+    for run, context in zip(runs, contexts, strict=True):
+        steps = sum(n for _, n in run)
+        total = sum(n * (0.01 + 4e-5 * max(0.0, load - 256)) for load, n in run)
+        means.append(total / steps + attention_s * context / steps)
+        mean_contexts.append(context / steps)
+    return np.array(means), np.array(mean_contexts)
+
+
+RUNS: list[tuple[tuple[float, int], ...]] = [
+    *(((float(load), 1),) for load in (8, 64, 128, 256, 512, 1024, 2048, 4096)),
+    ((32.0, 20),),
+    ((300.0, 10),),
+    ((16.0, 3), (1040.0, 1)),
+]
+CONTEXTS = [0.0] * 8 + [20 * 5000.0, 10 * 60_000.0, 4 * 2000.0]
+
+
+def test_runs_with_context_recover_the_attention_term() -> None:
+    y, x = _run_rows(RUNS, CONTEXTS, 2e-7)
+
+    fit = fit_batch_time(RUNS, y, x)
+
+    assert fit.b0_tokens == 256
+    assert fit.constant_s == pytest.approx(0.01, rel=1e-9)
+    assert fit.a_s_per_token == pytest.approx(4e-5, rel=1e-9)
+    assert fit.attention_s_per_token == pytest.approx(2e-7, rel=1e-6)
+    assert max(abs(r) for r in fit.residuals_s) < 1e-12
+
+
+def test_times_falling_with_context_pin_attention_at_zero() -> None:
+    y, x = _run_rows(RUNS, CONTEXTS, -1e-8)
+
+    fit = fit_batch_time(RUNS, y, x)
+
+    assert fit.attention_s_per_token == 0.0
+    assert fit.a_s_per_token > 0 and fit.constant_s > 0
