@@ -69,6 +69,12 @@ class SimResult:
     unfinished: dict[str, int] = field(default_factory=dict)
     queue_samples: list[tuple[float, int]] = field(default_factory=list)
     """(t_s, requests waiting in all queues) on the sample grid: is the queue bounded?"""
+    samples_extend: list[ServiceSample] = field(default_factory=list)
+    """The same grid in the system's view: ``w_e`` per *extend* (uncached) prompt token
+    computed, ``w_q`` per output token (what DLPM and DoubleQ bound)."""
+    bound_inputs: dict[str, Any] = field(default_factory=dict)
+    """What the fairness theorems' bounds depend on (policy, dispatcher, workers, quantum,
+    ``w_e``, ``w_q``, ``M`` = KV tokens per worker, ``L_input`` = longest prompt)."""
     programs: list[ProgramRecord] = field(default_factory=list)
     """Programs that ended within the run (the cluster records them; :mod:`.programs`)."""
     programs_unfinished: dict[str, int] = field(default_factory=dict)
@@ -90,6 +96,11 @@ class Recorder:
         self.interval_s = interval_s
         self.w_e, self.w_q = w_e, w_q
         self.service: dict[str, float] = {c: 0.0 for c in clients}
+        self.service_extend: dict[str, float] = {c: 0.0 for c in clients}
+        self.samples_extend: list[ServiceSample] = [
+            ServiceSample(0.0, dict(self.service_extend), frozenset())
+        ]
+        self.longest_input_tokens = 0
         self.counters: dict[str, ClientCounters] = {c: ClientCounters() for c in clients}
         self.samples: list[ServiceSample] = [ServiceSample(0.0, dict(self.service), frozenset())]
         self.records: list[RequestRecord] = []
@@ -106,6 +117,7 @@ class Recorder:
         if name not in self.counters:
             self.counters[name] = ClientCounters()
             self.service[name] = 0.0
+            self.service_extend[name] = 0.0
             self.clients.append(name)
         return self.counters[name]
 
@@ -113,6 +125,7 @@ class Recorder:
         counters = self._client(req.client)
         counters.submitted += 1
         self._open[id(req)] = req.client
+        self.longest_input_tokens = max(self.longest_input_tokens, req.input_tokens)
         if counters.first_arrival_s is None:
             counters.first_arrival_s = req.arrival_s
         counters.last_arrival_s = req.arrival_s
@@ -127,7 +140,10 @@ class Recorder:
     def step(self, worker: int, result: StepResult) -> None:
         w_e, w_q, service, counters = self.w_e, self.w_q, self.service, self.counters
         credited = self._credited
+        extend = self.service_extend
         for req in result.prefilled:
+            # computed again after a retraction: the system did that work twice
+            extend[req.client] += w_e * (req.input_tokens - req.cached_tokens)
             if id(req) not in credited:
                 credited.add(id(req))
                 tokens = req.input_tokens
@@ -135,6 +151,7 @@ class Recorder:
                 counters[req.client].input_tokens += tokens
         for client, tokens in result.decoded_by_client.items():
             service[client] += w_q * tokens
+            extend[client] += w_q * tokens
             counters[client].output_tokens += tokens
         if not result.finished:
             return
@@ -166,6 +183,9 @@ class Recorder:
         queued = sum(len(engine.waiting) for engine in engines)
         while self.next_sample_s <= t_s:
             self.samples.append(ServiceSample(self.next_sample_s, dict(self.service), frozen))
+            self.samples_extend.append(
+                ServiceSample(self.next_sample_s, dict(self.service_extend), frozen)
+            )
             self.queue_samples.append((self.next_sample_s, queued))
             self.next_sample_s += self.interval_s
 
@@ -195,4 +215,22 @@ class Recorder:
             dispatcher=dispatcher.snapshot(),
             unfinished=unfinished,
             queue_samples=self.queue_samples,
+            samples_extend=self.samples_extend,
+            bound_inputs=self._bound_inputs(engines, dispatcher),
         )
+
+    def _bound_inputs(self, engines: Sequence[Engine], dispatcher: Dispatcher) -> dict[str, Any]:
+        """Read off the objects that ran, so that every host of the simulator (simulate,
+        bench, tune) reports the bound of what it actually ran."""
+        policy = engines[0].policy if engines else None
+        return {
+            "policy": policy.name if policy is not None else None,
+            "policy_params": dict(policy.p) if policy is not None else {},
+            "quantum": policy.quantum if policy is not None else None,
+            "dispatch": dispatcher.name,
+            "workers": len(engines),
+            "w_e": self.w_e,
+            "w_q": self.w_q,
+            "kv_capacity_tokens": engines[0].config.kv_capacity_tokens if engines else 0,
+            "longest_input_tokens": self.longest_input_tokens,
+        }

@@ -7,6 +7,7 @@ with the design. Times are simulated seconds; rates are per simulated second ove
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from fairserve.core.metrics import jain_index, max_service_gap, percentile, sample_at
@@ -35,6 +36,8 @@ def build_report(result: SimResult, meta: dict[str, Any] | None = None) -> dict[
             "jain_index": _jain(result, window),
             "jain_window_s": list(window),
             "max_service_gap": max_service_gap(result.samples).value,
+            "max_service_gap_extend": max_service_gap(result.samples_extend).value,
+            "service_gap_bound": service_gap_bound(result.bound_inputs),
             "queue": _queue(result),
             "conservation": _conservation(result),
             "clients": _clients(result, span_s),
@@ -70,6 +73,53 @@ def _clients(result: SimResult, span_s: float) -> dict[str, dict[str, Any]]:
             "ttft_p50_s": _finite(percentile(ttfts, 50)),
             "ttft_p99_s": _finite(percentile(ttfts, 99)),
         }
+    return out
+
+
+def service_gap_bound(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The theorem that bounds the gap between continuously backlogged clients for what
+    ran, its value for the run's parameters and the view it bounds; ``value`` is None with
+    a ``reason`` where no theorem applies.
+
+    Why in the report: ``max_service_gap`` counts cached prompt tokens (the client's view)
+    while the theorems bound charged service, extend tokens with the default costs (the
+    system's view, ``max_service_gap_extend``); an operator must compare like with like.
+    ``M`` is the KV capacity of a worker in tokens, ``L_input`` the longest prompt."""
+    policy, workers = inputs.get("policy"), int(inputs.get("workers", 1))
+    w_e, w_q = float(inputs.get("w_e", 1.0)), float(inputs.get("w_q", 2.0))
+    m_tokens = float(inputs.get("kv_capacity_tokens", 0))
+    l_input = float(inputs.get("longest_input_tokens", 0))
+    params = inputs.get("policy_params", {})
+    view = "client" if params.get("charge_cached") else "extend"
+    out: dict[str, Any] = {"value": None, "view": view, "theorem": None, "reason": None}
+    if policy == "vtc":
+        if workers != 1:
+            out["reason"] = "VTC Theorem 4.4 is for one worker; VTC keeps no cluster-wide counter"
+            return out
+        out["value"] = 2 * max(w_e * l_input, w_q * m_tokens)
+        out["theorem"] = "VTC Theorem 4.4: 2·max(w_p·L_input, w_q·M)"
+        return out
+    if policy == "dlpm":
+        u = w_e * l_input + w_q * m_tokens
+        quantum = float(inputs.get("quantum") or 0.0)
+        if workers == 1:
+            out["value"] = 2 * (u + quantum)
+            out["theorem"] = "DLPM Theorem 4.1: 2·(U + Q^u), U = w_e·L_input + w_q·M"
+        elif inputs.get("dispatch") == "doubleq":
+            out["value"] = 2 * workers * (u + quantum)
+            out["theorem"] = "DoubleQ Theorem 5.1: 2·|W|·(U + Q^u), U = w_e·L_input + w_q·M"
+        else:
+            out["reason"] = (
+                f"dispatcher {inputs.get('dispatch')} does not keep every backlogged client "
+                "backlogged on every worker (Theorem 5.1's premise)"
+            )
+        return out
+    if policy == "lcf":
+        out["reason"] = "LCF has no lift: a client back from idle spends saved credit (no bound)"
+    elif policy == "justitia":
+        out["reason"] = "Justitia bounds completion delay, not service (see programs)"
+    else:
+        out["reason"] = f"policy {policy} has no fairness theorem"
     return out
 
 
