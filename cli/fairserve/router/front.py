@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import json
 import logging
 import math
 import re
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, cast
 
 from multidict import CIMultiDict
 
-from fairserve.core.openai_api import ApiError, Route
+from fairserve.core.openai_api import ApiError, Route, error_body
 from fairserve.router import guard, handlers, http11, proxy
 from fairserve.router.guard import ConnectionLimits
 
@@ -95,11 +96,13 @@ class Front:
         return FrontConnection(self)
 
     def close(self) -> None:
-        """Close every connection still with the front (in-flight handlers are cancelled)."""
+        """Close every connection still with the front; a request in flight (the drain
+        timeout passed) ends with 503 "the router is shutting down", or with that error as
+        the last event of a stream already under way, and its handler is cancelled."""
         if self._sweeper is not None:
             self._sweeper.cancel()
         for conn in list(self.connections):
-            conn.close()
+            conn.end_with(guard.shutting_down())
 
     def _arm(self) -> None:
         loop = asyncio.get_running_loop()
@@ -168,6 +171,8 @@ class FrontConnection(asyncio.Protocol):
         self._http10 = False
         self._started = False
         """Bytes of the answer went out (an error can no longer be answered)."""
+        self._streaming = False
+        """The answer is an SSE stream."""
 
     # ------------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -225,6 +230,19 @@ class FrontConnection(asyncio.Protocol):
             self._error(guard.timed_out(), close=True)
         self.close()
 
+    def end_with(self, exc: ApiError) -> None:
+        """End the request in flight, if any, with ``exc`` (its answer, or the last event of
+        its stream), then close; nothing more is written after it."""
+        transport = self.transport
+        if self.busy and transport is not None and not self._closed:
+            if not self._started:
+                self._error(exc, close=True)
+            elif self._streaming and not transport.is_closing():
+                event = b"data: " + json.dumps(error_body(exc)).encode() + b"\n\n"
+                chunked = b"%x\r\n%b\r\n0\r\n\r\n" % (len(event), event)
+                transport.write(event if self._http10 else chunked)
+        self.close()
+
     def refuse(self, exc: ApiError) -> None:
         """Answer ``exc`` before any request and close."""
         self._keep_alive = False
@@ -255,6 +273,7 @@ class FrontConnection(asyncio.Protocol):
         self._buf = buf[head.body_end :]
         self._head = None
         self._keep_alive, self._http10, self._started = head.keep_alive, head.http10, False
+        self._streaming = False
         self.idle_since_s = math.inf
         self._task = asyncio.get_running_loop().create_task(
             self._serve(head.route, head.headers, bytes(body))
@@ -285,7 +304,7 @@ class FrontConnection(asyncio.Protocol):
             call = handlers.prepare_call(router, route, headers, raw)
             await proxy.serve(router, call, self)
         except ApiError as exc:
-            self._error(exc)
+            self._error(exc, close=router.draining)  # draining: no more requests here
         except asyncio.CancelledError:
             raise
         except ConnectionError:  # the client left while the answer was being written
@@ -317,7 +336,7 @@ class FrontConnection(asyncio.Protocol):
         )
 
     async def open_stream(self) -> None:
-        self._started = True
+        self._started = self._streaming = True
         self._check_open()
         assert self.transport is not None
         if self._http10:  # no chunked encoding in HTTP/1.0: the end of the connection ends it

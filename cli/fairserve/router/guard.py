@@ -12,6 +12,7 @@ bounded body read here for bodies), and the front caps the number of open connec
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
-from fairserve.core.openai_api import ApiError
+from fairserve.core.openai_api import ApiError, error_body
 from fairserve.router import handlers, http11
 
 IDLE_TIMEOUT_S = 75.0
@@ -122,3 +123,68 @@ def expect_within_limit(max_body_bytes: int) -> Callable[[web.Request], Awaitabl
 
 def too_large(max_body_bytes: int) -> ApiError:
     return ApiError(413, f"request body is too large: the limit is {max_body_bytes} bytes")
+
+
+def shutting_down() -> ApiError:
+    """The error of a request still in flight when the drain timeout passes (the same
+    message as ``handlers.check_open``'s refusal of new requests while draining)."""
+    return ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
+
+
+class InFlight:
+    """The aiohttp path's requests in flight, so that a drain that times out ends each with
+    a clear error, as the lean front does: 503 when no byte of the answer went out, else a
+    last SSE error event and the end of the stream. Requests that arrive while draining get
+    their 503 with ``Connection: close``."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.ending = False
+
+    def end_all(self) -> None:
+        """Cancel every handler in flight; each answers :func:`shutting_down`."""
+        self.ending = True
+        for task in list(self.tasks):
+            task.cancel()
+
+    def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        @web.middleware
+        async def tracked(
+            request: web.Request,
+            handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        ) -> web.StreamResponse:
+            task = asyncio.current_task()
+            assert task is not None
+            self.tasks.add(task)
+            try:
+                response = await handler(request)
+            except asyncio.CancelledError:
+                if not self.ending:
+                    raise
+                task.uncancel()
+                return await _end_with(request, shutting_down())
+            finally:
+                self.tasks.discard(task)
+            if request.app[handlers.ROUTER].draining:
+                response.force_close()
+            return response
+
+        return tracked
+
+
+async def _end_with(request: web.Request, exc: ApiError) -> web.StreamResponse:
+    """The answer of a request cut short by ``exc``: an error response when nothing of the
+    answer went out; else ``exc`` as the stream's last event, and the connection closed."""
+    writer = request.writer
+    if writer.output_size == 0:
+        response = handlers.error_response(exc)
+        response.force_close()
+        return response
+    event = b"data: " + json.dumps(error_body(exc)).encode() + b"\n\n"
+    try:
+        await writer.write(event)
+        await writer.write_eof()
+    finally:
+        if request.transport is not None:
+            request.transport.close()
+    raise asyncio.CancelledError

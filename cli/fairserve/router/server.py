@@ -15,8 +15,10 @@ tests exercise the same sockets and shutdown path as production.
 * Handlers are cancelled when their client disconnects (``handler_cancellation``): the
   proxy then aborts the upstream request.
 * The socket is bound here, so ``port=0`` works and "address in use" is one clear error.
-* ``stop()`` drains: stop accepting, refuse new requests with 503, let in-flight ones
-  finish for ``drain_timeout_s``, then cancel the rest and close the upstream session.
+* ``stop()`` drains: stop accepting (new connections are refused), answer new requests on
+  open connections 503 "the router is shutting down" and close them, let in-flight ones
+  finish for ``drain_timeout_s``, then end the rest with that error (a 503, or the last
+  SSE event of a stream under way) on both paths, and close the upstream session.
 """
 
 from __future__ import annotations
@@ -39,12 +41,20 @@ log = logging.getLogger("fairserve.router")
 
 
 def build_app(
-    router: Router, url_holder: list[str], limits: ConnectionLimits | None = None
+    router: Router,
+    url_holder: list[str],
+    limits: ConnectionLimits | None = None,
+    in_flight: guard.InFlight | None = None,
 ) -> web.Application:
     limits = limits or ConnectionLimits()
+    in_flight = in_flight or guard.InFlight()
     max_body_bytes = router.config.max_body_bytes
     app = web.Application(
-        middlewares=[handlers.errors, guard.body_deadline(limits.idle_timeout_s)],
+        middlewares=[
+            in_flight.middleware(),
+            handlers.errors,
+            guard.body_deadline(limits.idle_timeout_s),
+        ],
         client_max_size=max_body_bytes,
     )
     app[handlers.ROUTER] = router
@@ -63,6 +73,7 @@ class RouterServer:
     def __init__(self, config: RouterConfig, limits: ConnectionLimits | None = None) -> None:
         self.config = config
         self.limits = limits or ConnectionLimits()
+        self.in_flight = guard.InFlight()
         self.host = config.host
         self.port = config.port
         self.router = Router(config)
@@ -85,7 +96,7 @@ class RouterServer:
         try:
             await self.router.start()
             self._runner = web.AppRunner(
-                build_app(self.router, self._url, self.limits),
+                build_app(self.router, self._url, self.limits, self.in_flight),
                 handler_cancellation=True,
                 access_log=None,
                 shutdown_timeout=1.0,
@@ -119,6 +130,8 @@ class RouterServer:
         drained = await self.router.drain(timeout)
         if self.front is not None:
             self.front.close()
+        self.in_flight.end_all()
+        await asyncio.sleep(0)  # let the handlers write their last words
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
