@@ -105,3 +105,14 @@ def test_jain_is_weighted_with_the_routers_weights() -> None:
     assert report["jain_weighted"] is True and report["jain_weights"] == "router"
     assert report["clients"]["b"]["weight"] == 2.0
     assert bench_report(result(attempts))["jain_weights"] == "workload"
+
+
+def test_per_client_rates_are_over_the_window_where_all_are_active() -> None:
+    # Over the whole run the drain serves a's backlog alone and its rate looks twice b's;
+    # inside the window both got the same, which is what a fair split means.
+    attempts = [attempt("a", 0.0, 0.5, 1.0), attempt("b", 0.0, 0.5, 1.0),
+                attempt("a", 3.5, 3.6, 3.9), attempt("b", 2.0, 2.5, 2.9)]  # fmt: skip
+    report = bench_report(result(attempts))
+    assert report["jain_window_s"] == [0.0, 2.0]
+    a, b = report["clients"]["a"], report["clients"]["b"]
+    assert a["window_service_rate"] == b["window_service_rate"] == (10 + 2 * 5) / 2.0

@@ -99,3 +99,10 @@ def test_a_run_where_nothing_succeeds_fails_after_reporting(
     assert code == ExitCode.ERROR
     assert json.loads(captured.out)["errors"]["by_status"] == {"http_429": 3}
     assert "no request succeeded (http_429)" in captured.err
+
+
+def test_the_cli_default_in_flight_limit_is_the_runners() -> None:
+    from fairserve.bench.runner import DEFAULT_MAX_IN_FLIGHT
+    from fairserve.commands import bench
+
+    assert bench.DEFAULT_MAX_IN_FLIGHT == DEFAULT_MAX_IN_FLIGHT

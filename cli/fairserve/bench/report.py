@@ -28,7 +28,7 @@ from typing import Any
 from fairserve.bench.client import OK, SKIPPED, UNFINISHED, Attempt
 from fairserve.bench.runner import BenchResult
 from fairserve.core.cost import WeightedTokenCost
-from fairserve.core.metrics import ServiceSample
+from fairserve.core.metrics import ServiceSample, sample_at
 from fairserve.sim.engine import EngineStats
 from fairserve.sim.recorder import ClientCounters, RequestRecord, SimResult
 from fairserve.sim.report import build_report
@@ -56,7 +56,9 @@ def bench_report(result: BenchResult) -> dict[str, Any]:
     report["workers"] = [_upstream(result)]
     by_client = _errors_by_client(result.attempts)
     skipped = Counter(a.client for a in result.attempts if a.status == SKIPPED)
+    window_rates = _window_rates(sim, report["jain_window_s"])
     for name, entry in report["clients"].items():
+        entry["window_service_rate"] = window_rates.get(name, 0.0)
         entry["errors"] = dict(by_client.get(name, {}))
         entry["unsent"] = result.unsent.get(name, 0)
         entry["skipped"] = skipped.get(name, 0)
@@ -64,6 +66,20 @@ def bench_report(result: BenchResult) -> dict[str, Any]:
     report["unfinished"] = _apart(result, UNFINISHED, unfinished_message(result))
     report["skipped"] = _apart(result, SKIPPED, "")
     return report
+
+
+def _window_rates(sim: SimResult, window: list[float]) -> dict[str, float]:
+    """Service per second inside the Jain window (where every client is active), the rate
+    a fair split is judged by: over the whole run, the drain after arrivals stop serves
+    each client's remaining backlog and pulls the rates back toward the demand ratio."""
+    start_s, end_s = window
+    if end_s <= start_s:
+        return {}
+    first, last = sample_at(sim.samples, start_s), sample_at(sim.samples, end_s)
+    return {
+        name: (last.cumulative.get(name, 0.0) - first.cumulative.get(name, 0.0)) / (end_s - start_s)
+        for name in sim.clients
+    }
 
 
 def unfinished_message(result: BenchResult) -> str:

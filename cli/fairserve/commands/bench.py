@@ -17,6 +17,10 @@ from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed
 from fairserve.commands.output import Output
 from fairserve.core.errors import FairserveError
 
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""``fairserve.bench.runner.DEFAULT_MAX_IN_FLIGHT`` (importing the bench here would slow
+down every ``fairserve`` invocation; tests/cli/test_bench.py keeps them equal)."""
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -89,7 +93,7 @@ def bench(
             help="Most requests one client has open at once (per client, so no client's "
             "backlog takes another's slots; its later calls wait).",
         ),
-    ] = 256,
+    ] = DEFAULT_MAX_IN_FLIGHT,
     token: Annotated[
         str | None,
         typer.Option(
@@ -228,14 +232,17 @@ def _view(report: dict[str, Any], messages: dict[str, str]) -> list[RenderableTy
         style="bold",
     )
     clients = [_client_row(name, c) for name, c in report["clients"].items()]
-    headers = ("client", "weight", "finished", "errors", "still\nopen", "skipped", "service/s")
+    start_s, end_s = report["jain_window_s"]
+    window = f"service/s\n{_num(start_s, 0)}-{_num(end_s, 0)} s"
+    headers = ("client", "weight", "finished", "errors", "still\nopen", "skipped", window)
     views: list[RenderableType] = [
         heading,
         _table(("metric", "value"), summary, show_header=False),
         _table(
             (*headers, "latency\np50", "latency\np99", "TTFT\np50", "TTFT\np99"),
             clients,
-            title="Clients (latency and TTFT in s)",
+            title="Clients (latency and TTFT in s; service/s in service units, over the "
+            "window where every client is active, as Jain's index)",
         ),
     ]
     by_status = report["errors"]["by_status"]
@@ -253,7 +260,8 @@ def _client_row(name: str, c: dict[str, Any]) -> tuple[str, ...]:
     latency = (_num(c["latency_p50_s"], 3), _num(c["latency_p99_s"], 3))
     ttft = (_num(c["ttft_p50_s"], 3), _num(c["ttft_p99_s"], 3))
     counts = (str(c["requests"]), str(errors), str(c["unfinished"]), str(c["skipped"]))
-    return (name, f"{c['weight']:g}", *counts, _num(c["service_rate"], 0), *latency, *ttft)
+    rate = _num(c["window_service_rate"], 0)
+    return (name, f"{c['weight']:g}", *counts, rate, *latency, *ttft)
 
 
 def _table(

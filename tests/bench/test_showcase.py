@@ -1,0 +1,65 @@
+"""The README's showcase, exactly as written, shows the fair split.
+
+``fairserve launch`` (the default: two simulated workers, ``dlpm``/``doubleq``) and
+``fairserve bench --workload vtc-constant --duration 20 --timeout 60``: two clients at
+rates 1:2, both over their share. Before, the bench reported FCFS's 2:1 split (a shared
+in-flight cap of 256 set the shares by itself, and an unbounded simulated worker finished
+nothing under overload). The same run under ``--policy fcfs`` gives Jain's index 0.90
+(measured), so the threshold below tells the two apart. Real processes, 127.0.0.1, private
+XDG directories, bounded in time (about 70 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import RunCli
+from tests.cli.test_launch import leftovers
+
+SHOWCASE = ("--workload", "vtc-constant", "--duration", "20", "--timeout", "60", "--json")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "run").mkdir(mode=0o700)
+    return {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_readme_showcase_shows_the_fair_split(
+    run_cli: RunCli, env: dict[str, str], fairserve_exe: Path
+) -> None:
+    launched = run_cli("launch", "--detach", "--port", "0", env=env)
+    try:
+        assert launched.returncode == 0, launched.stderr
+        url = launched.stdout.strip()
+        started = time.monotonic()
+        bench = subprocess.run(
+            [str(fairserve_exe), "bench", "--url", url, *SHOWCASE],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            env={**os.environ, **env}, timeout=150, check=False,
+        )  # fmt: skip
+        elapsed_s = time.monotonic() - started
+        assert bench.returncode == 0, bench.stderr
+        report = json.loads(bench.stdout)
+    finally:
+        run_cli("stop", env=env)
+        deadline = time.monotonic() + 10
+        while leftovers(env) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for proc in leftovers(env):
+            proc.kill()
+    print(f"\nshowcase: Jain {report['jain_index']:.3f} over {report['jain_window_s']}, "
+          f"{elapsed_s:.0f} s")  # fmt: skip
+    assert report["errors"]["total"] == 0 and report["unfinished"]["total"] == 0
+    assert report["jain_index"] >= 0.95, report["jain_index"]
+    assert report["jain_window_s"][1] - report["jain_window_s"][0] >= 15.0
+    rates = [c["window_service_rate"] for c in report["clients"].values()]
+    assert max(rates) / min(rates) < 1.5, rates  # FCFS: 2
