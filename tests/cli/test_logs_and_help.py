@@ -83,3 +83,37 @@ def test_worker_ready_line_is_timestamped() -> None:
         assert re.match(STAMP + "fairserve worker listening on http://127.0.0.1:", line), line
     finally:
         _stop(worker)
+
+
+def test_a_client_disconnect_is_not_a_traceback_in_the_worker_log() -> None:
+    import asyncio
+
+    import aiohttp
+
+    worker = spawn(worker_command("--port", "0", "--speed", "1"))
+    try:
+        url = read_ready_url(worker)
+
+        requests: list[tuple[str, dict[str, object]]] = [
+            ("/v1/completions", {"prompt": "hello", "max_tokens": 500, "stream": True}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                      "max_tokens": 500, "stream": True}),
+            ("/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 500},
+                           "stream": True}),
+        ]  # fmt: skip
+
+        async def leave_mid_stream() -> None:
+            for path, payload in requests:
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.post(url + path, json=payload) as resp,
+                ):
+                    await resp.content.readline()  # the stream has begun; now leave
+
+        asyncio.run(asyncio.wait_for(leave_mid_stream(), 20))
+        time.sleep(0.5)
+    finally:
+        _stop(worker)
+    log = worker.stderr.read() if worker.stderr else ""
+    assert "Traceback" not in log, log
+    assert len(log.splitlines()) <= 4, log  # ready, shutting down, at most a line per event
