@@ -155,7 +155,14 @@ def test_tables_show_summary_clients_and_workers(capsys: pytest.CaptureFixture[s
     code, out, err = simulate(capsys, *SHORT)
     assert code == ExitCode.OK
     assert err == ""  # not a terminal: no progress bar
-    for text in ("throughput (tokens/s)", "cache hit rate", "Jain's index", "max service gap"):
+    for text in (
+        "throughput (tokens/s)",
+        "cache hit rate",
+        "Jain's index",
+        "max service gap",
+        "max service gap, extend tokens",
+        "DoubleQ Theorem 5.1",
+    ):
         assert text in out
     for name in [c.name for c in resolve_workload(WORKLOAD).clients] + ["w0", "w1"]:
         assert name in out
@@ -255,6 +262,30 @@ def test_quantum_in_a_comparison_goes_to_the_runs_that_take_one(
     assert [r["quantum"] for r in json.loads(out)["runs"]] == [None, 999.0]
 
 
+# ---------------------------------------------------------------------- --param
+def test_param_sets_a_registered_parameter_and_the_report_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ("--policy", "rpm", "--dispatch", "round-robin")
+    default = report(capsys, *base)
+    limited = report(capsys, *base, "--param", "rpm.limit_per_min=1")
+    assert limited["conservation"]["rejected"] > default["conservation"]["rejected"]
+    assert limited["params"] == {"rpm": {"limit_per_min": 1}}
+    assert default["params"] == {}
+
+
+def test_param_goes_to_the_runs_whose_policy_or_dispatcher_declares_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ("--compare", "vtc/round-robin,dlpm/doubleq", "--param", "dlpm.quantum=999")
+    code, out, err = simulate(capsys, *SHORT, "--json", *args, "--param", "vtc.charge_cached=true")
+    assert code == ExitCode.OK, err
+    vtc, dlpm = json.loads(out)["runs"]
+    assert vtc["params"] == {"vtc": {"charge_cached": True}} and vtc["quantum"] is None
+    assert dlpm["params"] == {"dlpm": {"quantum": 999.0}} and dlpm["quantum"] == 999.0
+    assert vtc["service_gap_bound"]["view"] == "client"  # charge_cached reached the policy
+
+
 # ---------------------------------------------------------------------- plots
 def test_plot_writes_a_png_and_says_where(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
@@ -333,6 +364,16 @@ def test_choices_come_from_the_registries() -> None:
         (("--workload", WORKLOAD, "--duration", "0"), ExitCode.USAGE, "--duration"),
         ((), ExitCode.USAGE, "--workload is required"),
         ((*SHORT, "--plot", "out.nope"), ExitCode.USAGE, "out.nope"),
+        ((*SHORT, "--param", "dlpm.fill_patience"), 2, "--param 'dlpm.fill_patience': expected"),
+        ((*SHORT, "--param", "fill_patience=3"), 2, "--param 'fill_patience=3': expected"),
+        ((*SHORT, "--param", "nope.x=1"), 2, "unknown policy or dispatcher 'nope'"),
+        ((*SHORT, "--param", "dlpm.nope=1"), 2, "policy dlpm: unknown parameter(s) nope"),
+        ((*SHORT, "--param", "dlpm.fill_patience=x"), 2, "'fill_patience' must be an integer"),
+        ((*SHORT, "--param", "dlpm.fill_patience=-1"), 2, "'fill_patience' must be >= 0"),
+        ((*SHORT, "--param", "vtc.charge_cached=maybe"), 2, "must be true or false"),
+        ((*SHORT, "--param", "vtc.memory_patience=3"), 2, "no run uses policy vtc"),
+        ((*SHORT, "--param", "doubleq.worker_quantum=0"), 2, "'worker_quantum' must be > 0"),
+        ((*SHORT, "--quantum", "5", "--param", "dlpm.quantum=6"), 2, "given twice"),
     ],
 )
 def test_errors_and_exit_codes(

@@ -94,3 +94,57 @@ def test_param_conversion_and_bounds() -> None:
         resolve_params("t", declared, {"x": 0})
     with pytest.raises(ConfigError, match="must be an integer"):
         resolve_params("t", declared, {"n": True})
+
+
+def _as_text(value: object) -> str:
+    """How a user writes a value on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "inf" if isinstance(value, float) and math.isinf(value) else str(value)
+
+
+def test_every_registered_parameter_can_be_set_by_text() -> None:
+    """``simulate --param OWNER.NAME=VALUE`` reaches every declared parameter: its default,
+    written as text, parses back to itself and builds the policy or dispatcher."""
+    described = registry.describe_all()
+    texts = [
+        f"{entry['name']}.{p['name']}={_as_text(p['default'])}"
+        for entry in described["local_policies"] + described["dispatchers"]
+        for p in entry["params"]
+    ]
+    settings = registry.parse_param_settings(texts)
+    for owner, values in settings.items():
+        if owner in LOCAL:
+            policy = registry.make_local_policy(owner, **values)
+            assert policy.p == {**policy.p, **values}
+        else:
+            dispatcher = registry.make_dispatcher(owner, ["w0"], **values)
+            assert dispatcher.p == {**dispatcher.p, **values}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("dlpm.quantum", "expected POLICY.NAME=VALUE"),
+        ("quantum=5", "expected POLICY.NAME=VALUE"),
+        (".quantum=5", "expected POLICY.NAME=VALUE"),
+        ("dlpm.=5", "expected POLICY.NAME=VALUE"),
+        ("nope.quantum=5", "unknown policy or dispatcher 'nope'"),
+        ("lpm.quantum=5", "policy lpm: unknown parameter(s) quantum; expected no parameters"),
+        ("dlpm.quantum=abc", "parameter 'quantum' must be a number, got 'abc'"),
+        ("dlpm.quantum=nan", "must be a number, got NaN"),
+        ("dlpm.fill_patience=1.5", "parameter 'fill_patience' must be an integer"),
+        ("dlpm.work_conserving=yes", "must be true or false, got 'yes'"),
+        ("justitia.predictor=magic", "must be one of: oracle, moving-average"),
+        ("doubleq.worker_quantum=-1", "dispatcher doubleq: parameter 'worker_quantum' must be"),
+    ],
+)
+def test_param_settings_refuse_bad_text_precisely(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        registry.parse_param_settings([text])
+    assert message in str(caught.value)
+
+
+def test_a_parameter_given_twice_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="given twice"):
+        registry.parse_param_settings(["dlpm.quantum=5", "dlpm.quantum=6"])

@@ -109,6 +109,17 @@ def simulate(
         bool,
         typer.Option("--list-workloads", help="List the built-in workloads and exit."),
     ] = False,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            metavar="POLICY.NAME=VALUE",
+            help="Set a parameter of a local policy or dispatcher (repeatable; see fairserve "
+            "policies), e.g. dlpm.fill_patience=4 or rpm.limit_per_min=30. It goes to every "
+            "run using that policy or dispatcher.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a workload through simulated workers with a chosen policy and dispatcher.
 
@@ -127,6 +138,7 @@ def simulate(
     if duration_s is not None and not 0 < duration_s < math.inf:
         raise ConfigError(f"--duration: expected a positive number of seconds, got {duration_s}")
     specs = _run_specs(policy, dispatch, compare)
+    settings = _param_settings(param or [], specs, quantum, worker_quantum)
     if plot is not None:
         from fairserve.sim.plot import check_plot_path
 
@@ -137,10 +149,13 @@ def simulate(
 
     loaded = resolve_workload(workload)
     bench = Bench(loaded, resolve_profile(profile), batching, workers, duration_s, seed, drain)
-    configs = bench.configs(specs, quantum, worker_quantum)
+    configs = _with_params(specs, bench.configs(specs, quantum, worker_quantum), settings)
     show_progress = not json_output and out.stderr.isatty()
     results = _run_all(bench, specs, configs, out, show_progress)
     reports = [bench.report(c, r) for c, r in zip(configs, results, strict=True)]
+    for spec, run_report in zip(specs, reports, strict=True):
+        used = (spec.policy, spec.dispatch)
+        run_report["params"] = {owner: settings[owner] for owner in used if owner in settings}
     if compare is None:
         out.data(reports[0])
         out.render(*_single_view(reports[0]))
@@ -173,6 +188,55 @@ def _run_specs(policy: str, dispatch: str, compare: str | None) -> list[RunSpec]
         return parse_runs(compare, default_dispatch=dispatch)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--compare'") from None
+
+
+def _param_settings(
+    texts: Sequence[str],
+    specs: Sequence[RunSpec],
+    quantum: float | None,
+    worker_quantum: float | None,
+) -> dict[str, dict[str, Any]]:
+    """``--param`` values checked against the registry and against the runs: a setting no
+    run can use, or one also given by its own option, is an error, not silently dropped."""
+    from fairserve.sched.registry import local_policies, parse_param_settings
+
+    try:
+        settings = parse_param_settings(texts)
+    except ConfigError as exc:
+        raise ConfigError(f"--param {exc}") from None
+    used = {s.policy for s in specs} | {s.dispatch for s in specs}
+    for owner, values in settings.items():
+        if owner not in used:
+            kind = "policy" if owner in local_policies() else "dispatcher"
+            runs = ", ".join(s.label for s in specs)
+            raise ConfigError(f"--param {owner}.*: no run uses {kind} {owner} (runs: {runs})")
+        for name, given in (("quantum", quantum), ("worker_quantum", worker_quantum)):
+            if name in values and given is not None:
+                option = "--" + name.replace("_", "-")
+                raise ConfigError(f"--param {owner}.{name}: {name} given twice (also {option})")
+    return settings
+
+
+def _with_params(
+    specs: Sequence[RunSpec], configs: Sequence[SimConfig], settings: dict[str, dict[str, Any]]
+) -> list[SimConfig]:
+    """Each run gets the settings of its own policy and dispatcher; quanta go where
+    ``--quantum``/``--worker-quantum`` would have put them, so the report shows them."""
+    from dataclasses import replace
+
+    out = []
+    for spec, config in zip(specs, configs, strict=True):
+        policy_params = dict(settings.get(spec.policy, {}))
+        dispatch_params = dict(settings.get(spec.dispatch, {}))
+        config = replace(
+            config,
+            quantum=policy_params.pop("quantum", config.quantum),
+            worker_quantum=dispatch_params.pop("worker_quantum", config.worker_quantum),
+            policy_params=policy_params,
+            dispatch_params=dispatch_params,
+        )
+        out.append(config)
+    return out
 
 
 # ---------------------------------------------------------------------- running
@@ -216,6 +280,8 @@ def _single_view(report: dict[str, Any]) -> list[RenderableType]:
         ("cache hit rate", _pct(report["cache_hit_rate"])),
         ("Jain's index", _num(report["jain_index"], 3)),
         ("max service gap", _num(report["max_service_gap"], 0)),
+        ("max service gap, extend tokens", _num(report["max_service_gap_extend"], 0)),
+        ("gap bound", _bound_text(report["service_gap_bound"])),
     ]
     clients = [_client_row(name, c) for name, c in report["clients"].items()]
     workers = [
@@ -233,6 +299,14 @@ def _single_view(report: dict[str, Any]) -> list[RenderableType]:
         ),
         _table(("worker", "requests", "cache hit rate", "busy"), workers, title="Workers"),
     ]
+
+
+def _bound_text(bound: dict[str, Any]) -> str:
+    """The bound with its view and theorem, or why there is none."""
+    if bound["value"] is None:
+        return f"none: {bound['reason']}"
+    theorem = str(bound["theorem"]).split(":", 1)[0]  # the formula is in --json
+    return f"{_num(bound['value'], 0)} ({bound['view']} view, {theorem})"
 
 
 def _client_row(name: str, c: dict[str, Any]) -> tuple[str, ...]:

@@ -58,6 +58,24 @@ class Param:
         self._check_minimum(label, number)
         return number
 
+    def parse(self, owner: str, text: str) -> Any:
+        """``validate`` for a value written on a command line (``true``, ``4``, ``inf``)."""
+        label = f"{owner}: parameter {self.name!r}"
+        value: Any = text
+        if self.kind is bool:
+            words = {"true": True, "false": False}
+            if text.strip().lower() not in words:
+                raise ConfigError(f"{label} must be true or false, got {text!r}")
+            value = words[text.strip().lower()]
+        elif self.kind in (int, float):
+            try:
+                value = int(text) if self.kind is int else float(text)
+            except ValueError:
+                raise ConfigError(
+                    f"{label} must be {_KIND_WORDS[self.kind]}, got {text!r}"
+                ) from None
+        return self.validate(owner, value)
+
     def _check_minimum(self, label: str, number: float) -> None:
         if self.minimum is None:
             return

@@ -11,8 +11,10 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from fairserve.core.cost import CostModel
+from fairserve.core.errors import ConfigError
 from fairserve.sched.dispatch.base import Dispatcher, dispatcher_class, dispatcher_names
 from fairserve.sched.local.base import LocalPolicy, local_policy_class, local_policy_names
+from fairserve.sched.params import Param
 
 LOCAL_MODULES = ("fcfs", "lpm", "vtc", "dlpm", "rpm", "justitia")
 DISPATCH_MODULES = ("round_robin", "least_load", "cache_aware", "client_rr", "doubleq")
@@ -96,3 +98,41 @@ def _describe(cls: type[LocalPolicy] | type[Dispatcher]) -> dict[str, Any]:
         "description": cls.description,
         "params": [p.describe() for p in cls.params],
     }
+
+
+PARAM_SYNTAX = "POLICY.NAME=VALUE, e.g. dlpm.fill_patience=4"
+
+
+def parse_param_settings(texts: Collection[str]) -> dict[str, dict[str, Any]]:
+    """``["dlpm.fill_patience=4", "doubleq.worker_quantum=inf"]`` → ``{owner: {name:
+    value}}``, every owner a registered local policy or dispatcher and every value
+    validated against its declared :class:`Param`, so that nothing runs with a setting
+    that was silently dropped or mistyped. Messages start with the offending text."""
+    load_all()
+    owners: dict[str, tuple[str, tuple[Param, ...]]] = {
+        **{n: ("policy", local_policy_class(n).params) for n in local_policies()},
+        **{n: ("dispatcher", dispatcher_class(n).params) for n in dispatchers()},
+    }
+    settings: dict[str, dict[str, Any]] = {}
+    for text in texts:
+        target, sep, value = text.partition("=")
+        owner, dot, name = target.strip().partition(".")
+        if not sep or not dot or not owner or not name.strip():
+            raise ConfigError(f"{text!r}: expected {PARAM_SYNTAX}")
+        name = name.strip()
+        if owner not in owners:
+            raise ConfigError(
+                f"{text!r}: unknown policy or dispatcher {owner!r}; expected one of: "
+                + ", ".join(owners)
+            )
+        kind, declared = owners[owner]
+        label = f"{kind} {owner}"
+        param = next((p for p in declared if p.name == name), None)
+        if param is None:
+            expected = ", ".join(p.name for p in declared) or "no parameters"
+            raise ConfigError(f"{label}: unknown parameter(s) {name}; expected {expected}")
+        values = settings.setdefault(owner, {})
+        if name in values:
+            raise ConfigError(f"{text!r}: {owner}.{name} is given twice")
+        values[name] = param.parse(label, value.strip())
+    return settings
