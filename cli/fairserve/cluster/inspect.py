@@ -8,25 +8,17 @@ there is no run file to read and the router's view is all there is.
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fairserve.api.admin_client import AdminClient
 from fairserve.cluster import runfile
 from fairserve.cluster.errors import NotRunning
 from fairserve.cluster.paths import run_file_path
 from fairserve.cluster.runfile import RunInfo, same_process
 
 TIMEOUT_S = 2.0
-
-
-def get_json(url: str, token: str | None = None, timeout_s: float = TIMEOUT_S) -> Any:
-    """GET ``url`` as JSON; connection errors propagate (exit 3 through the error map)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-        return json.loads(resp.read())
 
 
 def healthy(url: str) -> bool:
@@ -51,9 +43,11 @@ def target(url: str | None, token: str | None) -> tuple[str, str | None, RunInfo
 
 
 def gather(url: str | None = None, token: str | None = None) -> dict[str, Any]:
-    """The status document ``status --json`` prints."""
+    """The status document ``status --json`` prints. A router that does not answer raises
+    ``RouterUnreachable`` (a ``ConnectionError``: exit 3), one that refuses a
+    ``FairserveError`` that names it."""
     router_url, token, info = target(url, token)
-    state = get_json(router_url + "/fairserve/v1/state", token)
+    state = AdminClient(router_url, token, TIMEOUT_S).state()
     seen = {w["url"]: w for w in state.get("workers", [])}
     entries = info.workers if info is not None else []
     urls = [e.url for e in entries] + [u for u in seen if u not in {e.url for e in entries}]

@@ -364,7 +364,7 @@ def _apply(router: RouterClient, result: SweepResult) -> dict[str, Any]:
         view = router.set_quantum(best.setting.quantum, best.setting.worker_quantum)
     if view.get("worker_errors"):
         raise FairserveError("workers did not take Q^u: " + "; ".join(view["worker_errors"]))
-    return view
+    return dict(view)
 
 
 # ---------------------------------------------------------------------- plumbing

@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from fairserve.api.auth import bearer_token
 from fairserve.core.openai_api import APP_HEADER, CLIENT_HEADER, ApiError, bad_request
 from fairserve.core.types import ANONYMOUS_CLIENT
 from fairserve.router.config import ClientEntry
@@ -48,18 +49,6 @@ def auth_mode(keys: Mapping[str, ClientEntry], trust_header: bool) -> AuthMode:
     if not keys:
         return "open"
     return "api-key+trusted-header" if trust_header else "api-key"
-
-
-def bearer_token(headers: Mapping[str, str]) -> str | None:
-    """The token of ``Authorization: Bearer TOKEN``, or None without one."""
-    value = headers.get("Authorization")
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return token
 
 
 def identify(

@@ -17,6 +17,8 @@ from typing import IO, Any
 
 import aiohttp
 
+from fairserve.api import paths
+from fairserve.api.auth import admin_headers
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import ApiError
 from fairserve.core.types import validate_weight
@@ -33,9 +35,6 @@ from fairserve.sched.registry import load_all, make_dispatcher, make_local_polic
 from fairserve.workloads.trace import TraceWriter
 
 log = logging.getLogger("fairserve.router")
-
-WORKER_WEIGHTS_PATH = "/fairserve/worker/weights"
-"""Where a worker with the extension takes ``{"client", "weight"}`` (PUT, admin token)."""
 
 
 def build_dispatcher(config: RouterConfig, workers: Collection[str]) -> Dispatcher:
@@ -367,7 +366,7 @@ class Router:
         timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
         try:
             async with self.session.get(
-                up.extension_base + "/fairserve/worker/quantum", timeout=timeout
+                up.extension_base + paths.WORKER_QUANTUM, timeout=timeout
             ) as resp:
                 body = await resp.json(content_type=None) if resp.status == 200 else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
@@ -446,10 +445,10 @@ class Router:
         weights endpoint (a stock engine, an older fairserve worker)."""
         assert self.session is not None
         token = self.config.admin_token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = admin_headers(token)
         try:
             async with self.session.put(
-                up.extension_base + WORKER_WEIGHTS_PATH,
+                up.extension_base + paths.WORKER_WEIGHTS,
                 json={"client": client, "weight": weight},
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.config.health_timeout_s),

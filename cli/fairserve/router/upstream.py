@@ -23,6 +23,8 @@ from typing import Any, TypeGuard
 
 import aiohttp
 
+from fairserve.api import paths
+from fairserve.api.auth import admin_headers
 from fairserve.core.types import tokens_to_key
 from fairserve.router.fairqueue import FairQueue
 from fairserve.router.pool import Pool
@@ -156,16 +158,16 @@ class HealthProber:
         if isinstance(models, dict) and isinstance(models.get("data"), list):
             up.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
         up.context_tokens = context_length(info, models)
-        state = await self._get_json(up, "/fairserve/worker/state", up.extension_base)
+        state = await self._get_json(up, paths.WORKER_STATE, up.extension_base)
         up.extension = state is not None
         up.eviction_cursor = 0
 
     async def put_quantum(self, up: Upstream, quantum: float) -> str | None:
         """Forward Q^u to a worker with the extension; returns an error text or None."""
-        headers = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+        headers = admin_headers(self.admin_token)
         try:
             async with self.session.put(
-                up.extension_base + "/fairserve/worker/quantum",
+                up.extension_base + paths.WORKER_QUANTUM,
                 json={"quantum": quantum},
                 headers=headers,
                 timeout=self.timeout,
@@ -200,7 +202,7 @@ async def poll_evictions(
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     while True:
         query = f"since={up.eviction_cursor}&limit={EVICTION_PAGE}"
-        url = f"{up.extension_base}/fairserve/worker/evictions?{query}"
+        url = f"{up.extension_base}{paths.WORKER_EVICTIONS}?{query}"
         async with session.get(url, timeout=timeout) as resp:
             if resp.status == 404:
                 up.extension = False

@@ -2,15 +2,18 @@
 
 The dashboard must never crash on what a router sends: an older router lacks keys, a newer
 one adds some, JSON has no infinity (the router writes ``"inf"``) and a worker may answer
-with garbage. So every field is read through a tolerant accessor with a default.
+with garbage. So every field is read through a tolerant accessor with a default. The
+router's documents are read as their schema types (:mod:`fairserve.api.router_schema`): the
+keys read here are the ones that schema names.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+from fairserve.api.router_schema import RouterQuantum, RouterState
 from fairserve.tui.model import (
     ClientLoad,
     ClientView,
@@ -69,7 +72,7 @@ def _opt(data: Mapping[str, Any], key: str) -> float | None:
 # ---------------------------------------------------------------- parsing
 def parse_state(data: object, url: str = "") -> Snapshot:
     """The router's ``/fairserve/v1/state`` JSON as a :class:`Snapshot` (never raises)."""
-    state = as_dict(data)
+    state = cast(RouterState, as_dict(data))  # values are still read tolerantly
     window = as_list(state.get("jain_window_s"))
     start, end = (as_float(v) for v in window[:2]) if len(window) >= 2 else (None, None)
     throughput = as_dict(state.get("throughput"))
@@ -94,7 +97,7 @@ def parse_state(data: object, url: str = "") -> Snapshot:
 
 
 def parse_quanta(data: object) -> Quanta:
-    view = as_dict(data)
+    view = cast(RouterQuantum, as_dict(data))
     return Quanta(as_float(view.get("quantum")), as_float(view.get("worker_quantum")))
 
 

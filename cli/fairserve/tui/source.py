@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -20,18 +19,17 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from fairserve.api import paths
+from fairserve.api.admin_client import NOT_A_ROUTER, quantum_body, state_query, status_text
+from fairserve.api.auth import admin_headers
 from fairserve.tui.model import GpuReadingLike, GpuView, Quanta, Snapshot, WorkerProbe, WorkerView
 from fairserve.tui.parse import (
-    as_dict,
     parse_quanta,
     parse_sglang_metrics,
     parse_state,
     parse_worker_state,
 )
 
-STATE_PATH = "/fairserve/v1/state"
-QUANTUM_PATH = "/fairserve/v1/quantum"
-WORKER_STATE_PATH = "/fairserve/worker/state"
 PARALLEL_PROBES = 8
 PROBE_BACKOFF_POLLS = 10
 """A worker that did not answer is skipped for this many polls (it may be remote and
@@ -83,10 +81,6 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _json_number(value: float) -> float | str:
-    return "inf" if math.isinf(value) else value
-
-
 class HttpStateSource:
     """A live router over HTTP (aiohttp), plus its workers and the local GPUs."""
 
@@ -133,12 +127,13 @@ class HttpStateSource:
     async def fetch(self) -> Snapshot:
         self._polls += 1
         try:
-            query = {"window_s": f"{self.window_s:g}"}
-            async with self._client().get(self._url + STATE_PATH, params=query) as resp:
+            query = state_query(self.window_s)
+            async with self._client().get(self._url + paths.ROUTER_STATE, params=query) as resp:
                 text = await resp.text()
                 if resp.status != 200:
-                    hint = " (is this a fairserve router?)" if resp.status == 404 else ""
-                    raise SourceError(f"{self._url}{STATE_PATH}: HTTP {resp.status}{hint}")
+                    hint = f" ({NOT_A_ROUTER})" if resp.status == 404 else ""
+                    where = self._url + paths.ROUTER_STATE
+                    raise SourceError(f"{where}: HTTP {resp.status}{hint}")
             snapshot = parse_state(json.loads(text), self._url)
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             raise SourceError(f"{self._url}: {_describe(exc, self.timeout_s)}") from exc
@@ -157,7 +152,7 @@ class HttpStateSource:
         return {url: p for url, p in results if p is not None}
 
     async def _probe(self, worker: WorkerView) -> WorkerProbe | None:
-        path = WORKER_STATE_PATH if worker.extension else "/metrics"
+        path = paths.WORKER_STATE if worker.extension else "/metrics"
         base = (worker.extension_url if worker.extension else "") or worker.url
         try:
             async with self._client().get(base.rstrip("/") + path) as resp:
@@ -187,29 +182,20 @@ class HttpStateSource:
     async def set_quanta(
         self, quantum: float | None = None, worker_quantum: float | None = None
     ) -> Quanta:
-        body: dict[str, Any] = {}
-        if quantum is not None:
-            body["quantum"] = _json_number(quantum)
-        if worker_quantum is not None:
-            body["worker_quantum"] = _json_number(worker_quantum)
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        body = quantum_body(quantum, worker_quantum)
+        headers = admin_headers(self.token)
         try:
             async with self._client().put(
-                self._url + QUANTUM_PATH, json=body, headers=headers
+                self._url + paths.ROUTER_QUANTUM, json=body, headers=headers
             ) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 status = resp.status
-            payload: Any = json.loads(text) if text else {}
+            payload: Any = json.loads(raw) if raw and status == 200 else {}
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             raise SourceError(f"{self._url}: {_describe(exc, self.timeout_s)}") from exc
         if status != 200:
-            raise QuantumRefused(_error_message(payload, status))
+            raise QuantumRefused(status_text(status, raw))
         return parse_quanta(payload)
-
-
-def _error_message(payload: object, status: int) -> str:
-    message = as_dict(as_dict(payload).get("error")).get("message")
-    return f"HTTP {status}: {message}" if isinstance(message, str) else f"HTTP {status}"
 
 
 def _read_in_thread(reader: GpuReader) -> asyncio.Future[tuple[GpuView, ...]]:

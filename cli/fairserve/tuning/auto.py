@@ -17,7 +17,7 @@ Time and the router are injected (``sleep``, ``client``), so tests can drive the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,15 +27,16 @@ from fairserve.tuning.observe import observe
 
 
 class Router(Protocol):
-    """What the loop needs of :class:`~fairserve.tuning.client.RouterClient`."""
+    """What the loop needs of :class:`~fairserve.tuning.client.RouterClient` (read-only
+    views of its typed documents, ``fairserve.api.router_schema``)."""
 
-    def state(self) -> dict[str, Any]: ...
+    def state(self) -> Mapping[str, Any]: ...
 
-    def quantum(self) -> dict[str, Any]: ...
+    def quantum(self) -> Mapping[str, Any]: ...
 
     def set_quantum(
         self, quantum: float | None = None, worker_quantum: float | None = None
-    ) -> dict[str, Any]: ...
+    ) -> Mapping[str, Any]: ...
 
 
 @dataclass
