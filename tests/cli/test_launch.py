@@ -58,7 +58,7 @@ def _status(run_cli: RunCli, env: dict[str, str]) -> dict[str, Any]:
 def _wait_restarted(run_cli: RunCli, env: dict[str, str], old_pid: int) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        worker = _status(run_cli, env)["workers"][0]
+        worker: dict[str, Any] = _status(run_cli, env)["workers"][0]
         if worker["restarts"] >= 1 and worker["healthy"] and worker["pid"] not in (None, old_pid):
             return worker
         time.sleep(0.2)

@@ -218,8 +218,8 @@ def test_sweep_table_marks_the_front_and_the_pick(capsys: pytest.CaptureFixture[
 def test_sweep_replays_a_recorded_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "recorded.jsonl"
     workload = resolve_workload("long-qa-s1")
-    with trace.open("w", encoding="utf-8") as out:
-        writer = TraceWriter(out, name="recorded", duration_s=10.0)
+    with trace.open("w", encoding="utf-8") as sink:
+        writer = TraceWriter(sink, name="recorded", duration_s=10.0)
         for program in workload.programs(1, 10.0):
             for call in program.calls:
                 writer.write(

@@ -52,7 +52,8 @@ class SpecWorkload:
     def _client(self, index: int, spec: ClientSpec, seed: int, end_s: float) -> list[Program]:
         rng = np.random.default_rng([seed, index])
         prefix = rng.integers(0, 32000, spec.shared_prefix_tokens)
-        out, t, n = [], spec.start_s, 0
+        out: list[Program] = []
+        t, n = spec.start_s, 0
         stop = min(end_s, spec.stop_s or end_s)
         while True:
             t += float(rng.exponential(1.0 / spec.rate_per_s))

@@ -49,7 +49,11 @@ ANSWER = {
     "usage": {"prompt_tokens": 8, "completion_tokens": 4, "total_tokens": 12,
               "prompt_tokens_details": {"cached_tokens": 0}},
 }  # fmt: skip
-REQUEST = {"model": "bench", "prompt": "Say something short about fairness.", "max_tokens": 4}
+REQUEST: dict[str, Any] = {
+    "model": "bench",
+    "prompt": "Say something short about fairness.",
+    "max_tokens": 4,
+}
 _FILLER = ("the", "shared", "service", "schedules", "every", "client", "fairly", "and",
            "reuses", "cached", "prefixes")  # fmt: skip
 INFO = {"model_path": "bench", "max_total_num_tokens": 100000, "is_generation": True}
@@ -131,12 +135,16 @@ class _LeanUpstream(asyncio.Protocol):
     """Answers each request on a keep-alive connection from a fixed table (404 else)."""
 
     def __init__(self, routes: dict[tuple[bytes, bytes], bytes]) -> None:
-        self.routes, self.buf, self.transport = routes, b"", None
+        self.routes, self.buf = routes, b""
+        self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is None:  # never: asyncio connects before it delivers data
+            return
         self.buf += data
         while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             lines = self.buf[:end].split(b"\r\n")
@@ -148,7 +156,7 @@ class _LeanUpstream(asyncio.Protocol):
             body = self.routes.get((method, path.partition(b"?")[0]))
             status = b"200 OK" if body is not None else b"404 Not Found"
             body = b"{}" if body is None else body
-            self.transport.write(
+            transport.write(
                 b"HTTP/1.1 %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
                 % (status, len(body), body)
             )

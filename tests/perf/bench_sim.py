@@ -26,7 +26,8 @@ from fairserve.sim.cluster import SimConfig, simulate  # noqa: E402
 from fairserve.sim.engine import EngineConfig  # noqa: E402
 from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile  # noqa: E402
 from fairserve.sim.report import build_report  # noqa: E402
-from fairserve.workloads.catalog import builtin_text, loads_workload  # noqa: E402
+from fairserve.workloads.catalog import builtin_text  # noqa: E402
+from fairserve.workloads.synthetic import loads_workload  # noqa: E402
 
 
 def scaled_tot(duration_s: float, workers: int, load: float = 1.0) -> str:

@@ -121,7 +121,11 @@ def test_weight_writes_need_the_admin_token_and_valid_values() -> None:
 
 def test_a_weight_reaches_dispatcher_queues_and_accounting() -> None:
     async def body() -> None:
-        config = {"admin_token": TOKEN, "router_queue": "on", "weights": {"bob": 3.0}}
+        config: dict[str, Any] = {
+            "admin_token": TOKEN,
+            "router_queue": "on",
+            "weights": {"bob": 3.0},
+        }
         async with sim_router(**config) as (server, session, workers):
             headers = {"X-Fairserve-Client": "alice"}
             chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

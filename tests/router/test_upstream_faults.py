@@ -47,7 +47,7 @@ async def beside_a_good_worker(
 def _all_healthy(session: aiohttp.ClientSession, count: int) -> Any:
     async def check() -> bool:
         _, state = await get_json(session, "/fairserve/v1/state")
-        return sum(w["healthy"] for w in state["workers"]) == count
+        return bool(sum(w["healthy"] for w in state["workers"]) == count)
 
     return check
 

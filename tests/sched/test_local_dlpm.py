@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from fairserve.core.errors import ConfigError
 from fairserve.core.metrics import backlogged_vs_other_gap, max_service_gap
 from fairserve.core.types import Request
-from fairserve.sched.local.dlpm import DLPM, lpm_sorted
-from fairserve.sched.local.lpm import lpm_order
+from fairserve.sched.local.dlpm import DLPM
+from fairserve.sched.local.lpm import lpm_order, lpm_sorted
 from fairserve.sched.registry import make_local_policy
 from tests.fakes.engine import StepEngine, by_step
 from tests.fakes.factories import prefix_request, unique_request

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairserve.core.types import Request
-from fairserve.sched.local.dlpm import DLPM, lpm_sorted
+from fairserve.sched.local.dlpm import DLPM
+from fairserve.sched.local.lpm import lpm_sorted
 from tests.fakes.factories import unique_request
 
 QUANTUM = 50.0
@@ -110,8 +111,8 @@ def test_fast_decision_matches_the_literal_algorithm(
 
     got = [r.id for r in policy.select(waiting, can_fit, lambda r: 0, 0.0)]
     assert got == expected
-    for client, q in expected_deficits.items():
-        assert math.isclose(policy.deficits[client], q), client
+    for client, deficit in expected_deficits.items():
+        assert math.isclose(policy.deficits[client], deficit), client
 
 
 @settings(max_examples=200)
@@ -134,11 +135,18 @@ def test_one_request_shortcut_equals_the_general_decision(
     for policy in (fast, general):
         policy.deficits.update({c: float(q) for c, q in start.items()})
     for i, (client, size, fits, cached) in enumerate(steps):
-        decisions = []
+        decisions: list[tuple[object, ...]] = []
+
+        def can_fit(req: Request, ok: bool = fits) -> bool:
+            return ok
+
+        def match_len(req: Request, tokens: int = cached) -> int:
+            return tokens
+
         for policy, select in ((fast, fast.select), (general, general._select_passes)):
             req = unique_request(f"r{i}", client, size, 4, arrival_s=float(i))
             policy.on_arrival(req, req.arrival_s)
-            admitted = select([req], lambda r, ok=fits: ok, lambda r, c=cached: c, float(i))
+            admitted = select([req], can_fit, match_len, float(i))
             if not admitted:
                 policy.on_abort(req, float(i), was_waiting=True)
             decisions.append(([r.id for r in admitted], dict(policy.deficits), policy.refills))

@@ -131,7 +131,7 @@ def workload(seed: int, steps: int) -> list[Job]:
     """A prefix-heavy misbehaving client ``a``, two well-behaved ones, some host-cache hits
     (the real prefix at admission is longer than the match the policy was told)."""
     rng = random.Random(seed)
-    jobs = []
+    jobs: list[Job] = []
     plan = {"a": (0, 4, 120), "b": (0, 1, 40), "c": (0, 1, 0)}
     for step in range(steps):
         for client, (low, high, prefix) in plan.items():

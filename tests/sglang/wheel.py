@@ -107,15 +107,15 @@ class WheelSource:
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == name:
                 return module, node
-        for node in ast.walk(tree):
+        for imported in ast.walk(tree):
             if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and node.level == 0
-                and any((a.asname or a.name) == name for a in node.names)
-                and self.has(node.module)
+                isinstance(imported, ast.ImportFrom)
+                and imported.module
+                and imported.level == 0
+                and any((a.asname or a.name) == name for a in imported.names)
+                and self.has(imported.module)
             ):
-                return self.find_class(node.module, name)
+                return self.find_class(imported.module, name)
         return None
 
     def class_chain(self, module: str, name: str) -> list[tuple[str, ast.ClassDef]]:
@@ -153,12 +153,12 @@ def class_attributes(cls: ast.ClassDef) -> set[str]:
             names.add(node.target.id)
         elif isinstance(node, ast.Assign):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    for node in ast.walk(cls):
+    for assigned in ast.walk(cls):
         targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
-            targets = [node.target]
+        if isinstance(assigned, ast.Assign):
+            targets = list(assigned.targets)
+        elif isinstance(assigned, ast.AnnAssign | ast.AugAssign):
+            targets = [assigned.target]
         for target in targets:
             for leaf in ast.walk(target):
                 if (

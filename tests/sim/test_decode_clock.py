@@ -98,7 +98,11 @@ def run_engine(
 def test_lazy_engine_equals_straightforward_engine(
     seed: int, batching: str, policy: str, ratio: float, fuse: bool
 ) -> None:
-    config = {"batching": batching, "kv_capacity_tokens": 6000, "reserve_output_ratio": ratio}
+    config: dict[str, Any] = {
+        "batching": batching,
+        "kv_capacity_tokens": 6000,
+        "reserve_output_ratio": ratio,
+    }
     lazy = make_engine(policy, **config)
     lazy.track_decoded = False
     straight = make_engine(policy, **config)
