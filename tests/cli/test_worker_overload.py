@@ -25,7 +25,7 @@ import pytest
 
 from fairserve.sim.profile import profile_from_toml
 from fairserve.worker.config import max_running_requests
-from tests.cli.conftest import RunCli  # noqa: F401  (documents the fixture style)
+from tests.cli.conftest import RunCli
 from tests.worker.processes import free_port, wait_http_ok
 
 # Slow steps (0.1 s + 2 ms per token beyond 8) and a KV pool far larger than the batch
@@ -126,3 +126,21 @@ def test_worker_finishes_at_capacity_under_4x_overload(worker_url: str) -> None:
     assert end["running"] <= cap and end["waiting"] > 0  # overloaded, the batch bounded
     expected = capacity_req_s * (end["virtual_time_s"] - latency_s)
     assert end["engine"]["finished"] >= 0.7 * expected, (expected, end)
+
+
+def test_max_running_requests_option_sets_the_bound(fairserve_exe: Path) -> None:
+    from tests.worker.processes import http_json, read_ready_url, spawn
+
+    worker = spawn([str(fairserve_exe), "worker", "--port", "0", "--max-running-requests", "7"])
+    try:
+        url = read_ready_url(worker)
+        status, info = http_json(url + "/get_server_info")
+        assert status == 200 and info["max_running_requests"] == 7
+    finally:
+        worker.terminate()
+        worker.wait(timeout=10)
+
+
+def test_max_running_requests_below_one_is_a_usage_error(run_cli: RunCli) -> None:
+    result = run_cli("worker", "--max-running-requests", "0")
+    assert result.returncode == 2 and "--max-running-requests" in result.stderr

@@ -69,6 +69,16 @@ def worker(
     model_name: Annotated[
         str, typer.Option("--model-name", help="Model name reported to clients.")
     ] = "fairserve-sim",
+    max_running_requests: Annotated[
+        int | None,
+        typer.Option(
+            "--max-running-requests",
+            min=1,
+            help="Most requests running at once; the rest wait (default: the profile's "
+            "max_running_requests, else the knee of its batch-time line, 32 to 1024).",
+            show_default=False,
+        ),
+    ] = None,
     admin_token: Annotated[
         str | None,
         typer.Option(
@@ -100,6 +110,7 @@ def worker(
         speed=speed,
         model_name=model_name,
         admin_token=admin_token,
+        max_running_requests=max_running_requests,
     )
     asyncio.run(_serve(config, host, port))
 

@@ -38,6 +38,9 @@ class WorkerConfig:
     max_lag_s: float = 0.05
     """Wall seconds the engine may fall behind the clock before simulated time slips
     (slows down) instead of the engine catching up with back-to-back steps."""
+    max_running_requests: int | None = None
+    """``--max-running-requests`` (SGLang's option): None takes :func:`max_running_requests`
+    of the profile."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.speed) and self.speed > 0):
@@ -46,6 +49,10 @@ class WorkerConfig:
             raise ConfigError("--model-name: expected a non-empty name")
         if self.admin_token is not None and not self.admin_token.strip():
             raise ConfigError("--admin-token: expected a non-empty token")
+        if self.max_running_requests is not None and self.max_running_requests < 1:
+            raise ConfigError(
+                f"--max-running-requests: expected at least 1, got {self.max_running_requests}"
+            )
         # Fail at startup, not on the first request: build one engine now.
         build_engine(self)
 
@@ -60,7 +67,7 @@ class WorkerConfig:
         return EngineConfig(
             kv_capacity_tokens=self.profile.kv_capacity_tokens,
             max_batch_tokens=self.profile.max_batch_tokens,
-            max_running_requests=max_running_requests(self.profile),
+            max_running_requests=self.max_running_requests or max_running_requests(self.profile),
             batching=self.batching,
         )
 
