@@ -41,3 +41,14 @@ def test_several_models_refuse_an_unknown_name() -> None:
             assert status == 200
 
     run(body())
+
+
+def test_strict_model_names_refuse_an_unknown_name_with_one_model() -> None:
+    async def body() -> None:
+        async with sim_router(strict_model_names=True) as (_, session, _):
+            status, error, _ = await post(session, "/v1/chat/completions", chat(model="default"))
+            assert status == 404 and "fairserve-sim" in error["error"]["message"]
+            status, _, _ = await post(session, "/v1/chat/completions", chat(model="fairserve-sim"))
+            assert status == 200
+
+    run(body())

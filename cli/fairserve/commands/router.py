@@ -89,6 +89,14 @@ def router(
         ),
     ] = None,
     trust_identity_header: opts.TrustIdentityHeader = False,
+    strict_model_names: Annotated[
+        bool,
+        typer.Option(
+            "--strict-model-names",
+            help="Refuse (404) a model name no worker serves, even with one model (by "
+            "default one model answers to any name, as SGLang does).",
+        ),
+    ] = False,
     queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
     max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
     router_queue: opts.RouterQueue = "auto",
@@ -137,6 +145,7 @@ def router(
         weights=weights,
         admin_token=admin_token,
         trust_identity_header=trust_identity_header,
+        strict_model_names=strict_model_names,
         queue_cap=queue_cap,
         max_body_bytes=max_body_bytes,
         router_queue=router_queue,  # type: ignore[arg-type]  # checked by the callback

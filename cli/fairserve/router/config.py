@@ -70,6 +70,9 @@ class RouterConfig:
     trust_identity_header: bool = False
     """With a clients file: honour ``X-Fairserve-Client`` / ``user`` from requests without
     an API key (a gateway in front authenticates); never for a keyed client's name."""
+    strict_model_names: bool = False
+    """404 for a model name no worker serves even when only one model is served (by
+    default one model answers to any name, as SGLang does)."""
     queue_cap: int = DEFAULT_QUEUE_CAP
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     router_queue: RouterQueueMode = "auto"

@@ -247,7 +247,8 @@ class Router:
         # One model served: any name reaches it, as SGLang answers "default" or any name
         # when it serves one model (its own examples send "default"); with several models
         # the name picks one, so an unknown name is an error.
-        if len(known) > 1 and model not in known:
+        strict = len(known) > 1 or self.config.strict_model_names
+        if strict and known and model not in known:
             raise ApiError(
                 404,
                 f"model: unknown model {model!r}; available: {', '.join(known)}",
