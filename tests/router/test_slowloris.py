@@ -117,6 +117,26 @@ def test_the_cap_closes_the_longest_idle_connection_to_admit_a_new_one() -> None
     run(body())
 
 
+def test_the_cap_also_reclaims_trickling_connections_handed_to_aiohttp() -> None:
+    """Half-sent heads go to aiohttp at once; they still count, and still make room."""
+
+    async def body() -> None:
+        async with sim_workers(1) as workers:
+            server = await _start(workers, True, idle_timeout_s=60.0, max_connections=10)
+            try:
+                trickling = [await _open(server.url, PARTIAL_HEAD) for _ in range(10)]
+                await asyncio.sleep(0.2)
+                for _ in range(3):
+                    assert status_of(await exchange(server.url, GOOD)) == 200
+                assert await _closed_within(trickling[0][0], 2.0) == b""  # the oldest
+                for _, writer in trickling:
+                    writer.close()
+            finally:
+                await server.stop(drain_timeout_s=1.0)
+
+    run(body())
+
+
 def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503() -> None:
     stream = b'{"prompt": "a", "max_tokens": 40, "stream": true}'  # about 1.6 s at speed 1.0
     busy = GOOD.replace(b"Length: %d" % len(BODY), b"Length: %d" % len(stream)).replace(

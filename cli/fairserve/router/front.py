@@ -34,11 +34,11 @@ import math
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from multidict import CIMultiDict
 
-from fairserve.core.openai_api import ApiError, Route, error_body
+from fairserve.core.openai_api import ApiError, Route, error_body, internal_error
 from fairserve.router import guard, handlers, http11, proxy
 from fairserve.router.guard import ConnectionLimits
 
@@ -68,16 +68,20 @@ class Front:
     idle keep-alive connections, so that leaked client connections do not pile up and a
     client trickling its request (slowloris) holds its socket for a bounded time; one whose
     body was still arriving gets 408 first. At most ``max_connections`` are open (those
-    handed to aiohttp included): past it the longest-idle one is closed to admit a new
-    one, and when every one is busy the new one gets 503 and is closed."""
+    handed to aiohttp included): past it the longest-idle one (else the oldest one handed
+    to aiohttp and not being served) is closed to admit a new one, and when every one is
+    busy the new one gets 503 and is closed."""
 
     def __init__(
         self,
         router: Router,
         fallback: Callable[[], asyncio.Protocol],
         limits: ConnectionLimits | None = None,
+        in_flight: guard.InFlight | None = None,
     ) -> None:
         limits = limits or ConnectionLimits()
+        self.in_flight = in_flight or guard.InFlight()
+        """The aiohttp path's requests being served (their connections are not idle)."""
         self.router = router
         self.fallback = fallback
         """aiohttp's protocol factory (``web.Server``), for the requests handed over."""
@@ -116,16 +120,32 @@ class Front:
 
     def admit(self, conn: FrontConnection) -> bool:
         """Count a new connection in, making room at the cap; False: refused (503)."""
-        handed_over = len(getattr(self.fallback, "connections", ()))
-        if len(self.connections) + handed_over >= self.max_connections:
-            idle = [c for c in self.connections if not c.busy]
-            if not idle:
+        handed_over = getattr(self.fallback, "connections", [])
+        if len(self.connections) + len(handed_over) >= self.max_connections:
+            victim = self._idlest(handed_over)
+            if victim is None:
                 self.refused += 1
                 conn.refuse(ApiError(503, "too many open connections; try again later"))
                 return False
-            min(idle, key=lambda c: c.idle_since_s).close()
+            victim.close()
         self.connections.add(conn)
         return True
+
+    def _idlest(self, handed_over: list[Any]) -> FrontConnection | asyncio.BaseTransport | None:
+        """The connection to close to make room: the front's longest idle, else the oldest
+        one handed to aiohttp that no handler is serving (a head or keep-alive wait)."""
+        idle = [c for c in self.connections if not c.busy]
+        if idle:
+            return min(idle, key=lambda c: c.idle_since_s)
+        for handler in handed_over:  # aiohttp's Server keeps them oldest first
+            transport = getattr(handler, "transport", None)
+            if (
+                transport is not None
+                and not transport.is_closing()
+                and transport not in self.in_flight.transports
+            ):
+                return cast(asyncio.BaseTransport, transport)
+        return None
 
 
 class _Head:
@@ -309,9 +329,8 @@ class FrontConnection(asyncio.Protocol):
             raise
         except ConnectionError:  # the client left while the answer was being written
             self._keep_alive = False
-        except Exception:
-            log.exception("error while serving %s", route)
-            self._error(ApiError(500, "internal error in the router"), close=True)
+        except Exception as exc:  # the client gets an error id; the log one line
+            self._error(internal_error(log, exc, f"serving {route}"), close=True)
         self._task = None
         self.idle_since_s = time.monotonic()
         if self._closed or self.transport is None:

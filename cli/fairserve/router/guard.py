@@ -139,6 +139,8 @@ class InFlight:
 
     def __init__(self) -> None:
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.transports: set[asyncio.BaseTransport] = set()
+        """The connections of the requests being served (busy, not idle)."""
         self.ending = False
 
     def end_all(self) -> None:
@@ -156,6 +158,9 @@ class InFlight:
             task = asyncio.current_task()
             assert task is not None
             self.tasks.add(task)
+            transport = request.transport
+            if transport is not None:
+                self.transports.add(transport)
             try:
                 response = await handler(request)
             except asyncio.CancelledError:
@@ -165,6 +170,8 @@ class InFlight:
                 return await _end_with(request, shutting_down())
             finally:
                 self.tasks.discard(task)
+                if transport is not None:
+                    self.transports.discard(transport)
             if request.app[handlers.ROUTER].draining:
                 response.force_close()
             return response

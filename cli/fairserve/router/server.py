@@ -105,7 +105,7 @@ class RouterServer:
             await self._runner.setup()
             if self.config.lean_front:
                 assert self._runner.server is not None
-                self.front = Front(self.router, self._runner.server, self.limits)
+                self.front = Front(self.router, self._runner.server, self.limits, self.in_flight)
                 loop = asyncio.get_running_loop()
                 self._server = await loop.create_server(self.front, sock=sock, backlog=1024)
             else:
