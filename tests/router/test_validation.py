@@ -6,14 +6,16 @@ is wrong, from the router and from the worker alike, never a 500."""
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import time
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
 
+from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.worker.server import WorkerServer
 from tests.router.helpers import routed, sim_router
 from tests.worker.helpers import make_config, run, tiny_profile
@@ -133,5 +135,44 @@ def test_a_body_over_the_limit_is_413_on_both_fronts() -> None:
                 status, answer, _ = await _post_raw(session, "/v1/completions", data)
                 assert status == 413, answer
                 assert "the limit is 1000 bytes" in answer["error"]["message"]
+
+    run(body())
+
+
+class _BrokenChoice:
+    """A dispatcher with a bug: ``choose`` raises; everything else is the real one's."""
+
+    def __init__(self, real: Dispatcher) -> None:
+        self._real = real
+
+    def choose(self, req: object, available: object) -> str:
+        raise RuntimeError("secret detail 42")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@pytest.mark.parametrize("lean_front", [True, False])
+def test_an_internal_error_reaches_the_client_as_an_error_id_only(
+    lean_front: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 18 item 12: the cause goes to the log, one line and no traceback; the client
+    gets a 500 with an id to quote, never the exception's text."""
+
+    async def body() -> None:
+        async with sim_router(count=1, lean_front=lean_front) as (server, session, _):
+            router = server.router
+            router.dispatcher = cast(Dispatcher, _BrokenChoice(router.dispatcher))
+            data = json.dumps({"prompt": "hello", "max_tokens": 2}).encode()
+            with caplog.at_level(logging.INFO, logger="fairserve"):
+                status, answer, _ = await _post_raw(session, "/v1/completions", data)
+            assert status == 500
+            message = answer["error"]["message"]
+            assert message.startswith("internal error (error id ")
+            assert "secret" not in message and "RuntimeError" not in message
+            error_id = message.split("error id ")[1].split(")")[0]
+            logged = [r for r in caplog.records if error_id in r.getMessage()]
+            assert len(logged) == 1 and logged[0].exc_info is None
+            assert "RuntimeError: secret detail 42" in logged[0].getMessage()
 
     run(body())
