@@ -19,9 +19,8 @@ REQUIRE_ENV = "FAIRSERVE_REQUIRE_SGLANG"
 
 def require_sglang() -> None:
     """Skip the calling test module (module level) unless SGLang imports; with
-    ``FAIRSERVE_REQUIRE_SGLANG=1`` fail instead. Selects the Python radix tree core first:
-    SGLang reads it when a cache is built, and the plugin's evictions need it."""
-    os.environ.setdefault(TREE_CORE_ENV, TREE_CORE_BACKEND)
+    ``FAIRSERVE_REQUIRE_SGLANG=1`` fail instead. Selects SGLang's Python radix tree core
+    (read when a cache is built; the plugin's evictions need it)."""
     required = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
     try:
         import sglang
@@ -33,6 +32,7 @@ def require_sglang() -> None:
             "of .ci/run",
             allow_module_level=True,
         )
+    os.environ.setdefault(TREE_CORE_ENV, TREE_CORE_BACKEND)  # only where the tier runs
     version = getattr(sglang, "__version__", None)
     if version != SGLANG_VERSION:
         message = f"SGLang {version} is installed; the plugin is written for {SGLANG_VERSION}"
