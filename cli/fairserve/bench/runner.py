@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from fairserve.api import paths
 from fairserve.bench.client import SKIPPED, UNFINISHED, Attempt, send
 from fairserve.bench.prompts import Answer, Api, ancestors, request_body, segments
 from fairserve.core.errors import ConfigError
@@ -154,9 +155,7 @@ async def server_weights(
     headers = {"Authorization": f"Bearer {options.token}"} if options.token else {}
     try:
         limit = aiohttp.ClientTimeout(total=min(options.timeout_s, 5.0))
-        async with session.get(
-            url + "/fairserve/v1/weights", headers=headers, timeout=limit
-        ) as resp:
+        async with session.get(url + paths.ROUTER_WEIGHTS, headers=headers, timeout=limit) as resp:
             if resp.status != 200:
                 return None
             body = await resp.json(content_type=None)

@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from fairserve.api import paths
 from fairserve.core.errors import ConfigError, FairserveError
 
 PROBE_TIMEOUT_S = 10.0
@@ -123,7 +124,7 @@ class WorkerClient:
 
     async def counters(self) -> EngineCounters | None:
         """The step counters, or ``None`` when the worker does not expose them."""
-        async with self.session.get(self.url + "/fairserve/worker/state") as resp:
+        async with self.session.get(self.url + paths.WORKER_STATE) as resp:
             if resp.status != 200:
                 await resp.read()
                 return None
