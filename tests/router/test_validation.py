@@ -15,6 +15,7 @@ from typing import Any, cast
 import aiohttp
 import pytest
 
+from fairserve.router.upstream import context_length
 from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.worker.server import WorkerServer
 from tests.router.helpers import routed, sim_router
@@ -176,3 +177,11 @@ def test_an_internal_error_reaches_the_client_as_an_error_id_only(
             assert "RuntimeError: secret detail 42" in logged[0].getMessage()
 
     run(body())
+
+
+def test_a_workers_context_length_comes_from_its_models_else_its_server_info() -> None:
+    models = {"data": [{"id": "a", "max_model_len": 8192}, {"id": "b", "max_model_len": 4096}]}
+    assert context_length({"context_length": 100}, models) == 4096  # SGLang and vLLM
+    assert context_length({"context_length": 2048}, {"data": [{"id": "a"}]}) == 2048
+    assert context_length({"context_length": None}, None) is None  # unknown: not checked
+    assert context_length({"context_length": True}, {"data": [{"max_model_len": -1}]}) is None
