@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from fairserve.api import paths
 from fairserve.api.auth import require_admin
 from fairserve.core.errors import ConfigError
 from fairserve.core.ledger import DEFAULT_WINDOW_S, MAX_WINDOW_S
@@ -346,9 +347,9 @@ def routes() -> list[web.RouteDef]:
         web.get("/v1/models", list_models),
         web.get("/health", health),
         web.get("/metrics", metrics),
-        web.get("/fairserve/v1/state", state),
-        web.get("/fairserve/v1/quantum", get_quantum),
-        web.put("/fairserve/v1/quantum", put_quantum),
-        web.get("/fairserve/v1/weights", get_weights),
-        web.put("/fairserve/v1/weights", put_weight),
+        web.get(paths.ROUTER_STATE, state),
+        web.get(paths.ROUTER_QUANTUM, get_quantum),
+        web.put(paths.ROUTER_QUANTUM, put_quantum),
+        web.get(paths.ROUTER_WEIGHTS, get_weights),
+        web.put(paths.ROUTER_WEIGHTS, put_weight),
     ]
