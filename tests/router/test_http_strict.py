@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -252,3 +253,25 @@ def test_chunked_body_with_extensions_and_trailers() -> None:
         assert await resp.read() == b"abcde"
 
     run(body())
+
+
+def test_refused_heads_leave_no_traceback_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A malformed request is the client's fault: one debug line, not an ERROR with a
+    traceback per request (which lets any client flood the log)."""
+
+    async def body() -> None:
+        async with sim_workers(1) as workers:
+            lean, plain = await start_pair(workers)
+            try:
+                for data in list(REFUSED.values())[:6]:
+                    assert status_of(await exchange(lean.url, data)) == 400
+                    assert status_of(await exchange(plain.url, data)) == 400
+            finally:
+                await lean.stop(drain_timeout_s=1.0)
+                await plain.stop(drain_timeout_s=1.0)
+
+    with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+        run(body())
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
+    assert any("400" in r.getMessage() for r in caplog.records)  # still said, quietly

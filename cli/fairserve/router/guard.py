@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import resource
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import HttpVersion11, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from fairserve.core.openai_api import ApiError, error_body
 from fairserve.router import handlers, http11
@@ -67,7 +69,22 @@ class ConnectionLimits:
             "max_line_size": http11.MAX_FIELD_BYTES,
             "max_field_size": http11.MAX_FIELD_BYTES,
             "max_headers": http11.MAX_HEADERS,
+            "logger": QuietBadRequests(logging.getLogger("aiohttp.server")),
         }
+
+
+class QuietBadRequests(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger, except that a request its parser refuses (the client's
+    fault, answered 400) is one debug line instead of an ERROR with a traceback: any client
+    could otherwise fill the log. Other errors are logged as before."""
+
+    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            message = str(exc.message).splitlines()[0] if exc.message else type(exc).__name__
+            self.debug("%s: %s %s", str(msg) % args, exc.code, message[:200])
+            return
+        super().exception(msg, *args, **kwargs)
 
 
 TIMED_OUT = "the request did not arrive in time"
