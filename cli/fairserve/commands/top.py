@@ -70,7 +70,9 @@ def top(
         sys.stderr.write(f"fairserve: {exc}\n")
         raise typer.Exit(ExitCode.UNAVAILABLE) from None
     if not sys.stdout.isatty():
-        state_url = f"{router_url}/fairserve/v1/state"
+        from fairserve.api.paths import ROUTER_STATE
+
+        state_url = router_url + ROUTER_STATE
         sys.stderr.write(f"fairserve: top needs a terminal; the same data as JSON: {state_url}\n")
         raise typer.Exit(ExitCode.USAGE)
 
