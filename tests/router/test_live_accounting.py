@@ -176,3 +176,17 @@ def test_live_credit_is_corrected_by_the_final_usage() -> None:
     assert acc.clients["a"].service == service
     assert acc.workers["w"].prompt_tokens == 12 and acc.workers["w"].output_tokens == 6
     assert acc.clients["a"].cached_tokens == 4
+
+
+def test_a_client_that_was_served_and_left_is_judged_on_its_stay() -> None:
+    """Served at the others' rate for 10 s, then gone: not diluted by the idle 50 s."""
+    ledger = ServiceLedger()
+    for name in ("stays", "leaves"):
+        ledger.add_client(name, 1.0, 0.0)
+        ledger.busy(name, 0.0)
+    _serve_equally(ledger, ["stays", "leaves"], 0, 10)
+    ledger.idle("leaves", 10.0)
+    _serve_equally(ledger, ["stays"], 10, 60)
+    view = ledger.window(60.0, 60.0)
+    assert view.rates["leaves"] == pytest.approx(view.rates["stays"], rel=0.06)
+    assert view.jain_index == pytest.approx(1.0, abs=0.01)

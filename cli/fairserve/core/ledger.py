@@ -129,22 +129,18 @@ class ServiceLedger:
         if not (0 < window_s <= self.max_window_s):
             raise ConfigError(f"window_s must be within (0, {self.max_window_s:g}], got {window_s}")
         start_s = now_s - window_s
-        spans = {
-            n: s
-            for n, h in self.clients.items()
-            if (s := _span_start(h, start_s, now_s)) is not None
-        }
-        longest_s = max((now_s - s for s in spans.values()), default=0.0)
+        spans = {n: span for n, h in self.clients.items() if (span := _span(h, start_s, now_s))}
+        longest_s = max((end - begin for begin, end in spans.values()), default=0.0)
         needed_s = min(MIN_ACTIVE_S, longest_s / 2)
         rates: dict[str, float] = {}
-        for name, span_start in spans.items():
-            span_s = now_s - span_start
+        for name, (begin_s, end_s) in spans.items():
+            span_s = end_s - begin_s
             if span_s <= 0 or span_s < needed_s:
                 continue
             history = self.clients[name]
             delta = history.cumulative - _value_at(history.points, start_s)
             rates[name] = max(0.0, delta) / span_s / (history.weight if weighted else 1.0)
-        judged_start = min((spans[n] for n in rates), default=start_s)
+        judged_start = min((spans[n][0] for n in rates), default=start_s)
         gap, gap_clients = self._gap(start_s, now_s, rates)
         return WindowView(
             window_s=window_s,
@@ -198,15 +194,24 @@ def _value_at(points: Iterable[tuple[float, float]], t_s: float) -> float:
     return value
 
 
-def _span_start(history: _ClientHistory, start_s: float, now_s: float) -> float | None:
-    """When ``history``'s client became active inside the window, None if it never was."""
+def _span(history: _ClientHistory, start_s: float, now_s: float) -> tuple[float, float] | None:
+    """When ``history``'s client was active inside the window: from its first moment with a
+    request inside the host (or service credited) to its last one (``now_s`` while it still
+    has one). A client that was served and left is judged on the time it was there, not
+    diluted by the idle rest of the window. None if it was never active in the window."""
+    begins: list[float] = []
+    ends: list[float] = []
     for run_start, run_end in history.runs:
         if run_end >= start_s and run_start <= now_s:
-            return max(start_s, run_start)
+            begins.append(max(start_s, run_start))
+            ends.append(min(now_s, run_end))
     changed = [t for t, _ in history.points if start_s < t <= now_s]
     if changed and history.cumulative > _value_at(history.points, start_s):
-        return max(start_s, changed[0])
-    return None
+        begins.append(changed[0])
+        ends.append(changed[-1])
+    if not begins:
+        return None
+    return min(begins), max(ends)
 
 
 def _extremes(names: set[str], rates: Mapping[str, float], limit: int) -> frozenset[str]:
