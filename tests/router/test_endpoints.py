@@ -175,7 +175,7 @@ def test_quantum_get_and_put_with_admin_token() -> None:
     async def body() -> None:
         async with sim_router(admin_token="s3cret") as (_, session, workers):
             status, view = await get_json(session, "/fairserve/v1/quantum")
-            assert status == 200 and view["worker_quantum"] == 2048.0
+            assert status == 200 and view["worker_quantum"] == 2.0**23  # the default
             async with session.put("/fairserve/v1/quantum", json={"quantum": 99}) as resp:
                 assert resp.status == 401
             bad = {"Authorization": "Bearer wrong"}
