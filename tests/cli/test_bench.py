@@ -106,3 +106,48 @@ def test_the_cli_default_in_flight_limit_is_the_runners() -> None:
     from fairserve.commands import bench
 
     assert bench.DEFAULT_MAX_IN_FLIGHT == DEFAULT_MAX_IN_FLIGHT
+
+
+def test_the_progress_bar_says_when_it_drains(tmp_path: Path, fairserve_exe: Path) -> None:
+    """On a terminal, once arrivals stop the bar says it waits for calls in flight and for
+    how long (before, ``--duration 20`` sat at 20/20 s for half a minute, unexplained)."""
+    import os
+    import pty
+    import subprocess
+
+    from tests.worker.processes import read_ready_url, spawn, worker_command
+
+    workload = tmp_path / "slow.toml"
+    workload.write_text(
+        'name = "slow"\nduration_s = 1\nseed = 1\n[[clients]]\nname = "alice"\n'
+        'arrival = "uniform"\nrate_per_s = 4\ninput_tokens = 8\noutput_tokens = 400\n'
+    )
+    worker = spawn(worker_command("--port", "0", "--speed", "1"))
+    master, slave = pty.openpty()
+    try:
+        url = read_ready_url(worker)
+        bench = subprocess.run(
+            [str(fairserve_exe), "bench", "--url", url, "-w", str(workload),
+             "--duration", "0.5", "--timeout", "1.5"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+            env={**os.environ, "COLUMNS": "200"}, timeout=60, check=False,
+        )  # fmt: skip
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the pty's other end is closed and drained
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        worker.terminate()
+        worker.wait(timeout=10)
+    text = seen.decode(errors="replace")
+    assert "draining (up to 1.5 s, --timeout)" in text
+    # 400 tokens take ~6 s: nothing finished, which is said as such (exit 1), not as errors.
+    assert bench.returncode == 1
+    assert "no request finished: all 2 were still open when the run ended" in text

@@ -173,7 +173,11 @@ async def _run_with_bar(
             f"sent {info.sent}  ok {info.finished}  failed {info.failed}  "
             f"in flight {info.in_flight}"
         )
-        progress.update(task, completed=min(info.elapsed_s, total_s), counts=counts)
+        if info.elapsed_s >= total_s:  # arrivals stopped: say what the wait is
+            label = f"{workload.name}: draining (up to {options.timeout_s:g} s, --timeout)"
+            progress.update(task, completed=total_s, counts=counts, description=label)
+        else:
+            progress.update(task, completed=info.elapsed_s, counts=counts)
 
     with progress:
         return await run_workload(url, workload, options, update)
@@ -204,6 +208,12 @@ def _check_outcome(result: BenchResult) -> None:
         return
     if all(a.status == "connection" for a in sent):
         raise Unreachable(f"{result.url} stopped answering: every request failed to connect")
+    if all(a.status == "unfinished" for a in sent):
+        raise FairserveError(
+            f"no request finished: all {len(sent)} were still open when the run ended "
+            f"(arrivals stopped at {result.duration_s:g} s, then {result.timeout_s:g} s "
+            "for calls in flight); a longer --timeout lets them finish"
+        )
     statuses = sorted({a.status for a in sent})
     raise FairserveError(f"no request succeeded ({', '.join(statuses)}); see the report")
 
