@@ -5,6 +5,7 @@ is wrong, from the router and from the worker alike, never a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import statistics
@@ -185,3 +186,33 @@ def test_a_workers_context_length_comes_from_its_models_else_its_server_info() -
     assert context_length({"context_length": 2048}, {"data": [{"id": "a"}]}) == 2048
     assert context_length({"context_length": None}, None) is None  # unknown: not checked
     assert context_length({"context_length": True}, {"data": [{"max_model_len": -1}]}) is None
+
+
+def test_requests_beyond_the_context_leave_other_clients_latency_alone() -> None:
+    """A client sending over-long requests (100 per second for 1.5 s) costs the others
+    nothing measurable: they are refused before any worker sees them."""
+
+    async def body() -> None:
+        async with sim_router(count=2) as (_, session, _):
+            ok = json.dumps({"prompt": "hello world", "max_tokens": 8}).encode()
+            huge = json.dumps({"prompt": "hi", "max_tokens": 10 * CONTEXT_TOKENS}).encode()
+
+            async def victim_latencies_s() -> list[float]:
+                latencies = []
+                for _ in range(15):
+                    status, _, elapsed_s = await _post_raw(session, "/v1/completions", ok)
+                    assert status == 200
+                    latencies.append(elapsed_s)
+                return latencies
+
+            async def attack() -> None:
+                for _ in range(150):  # bounded: 150 requests, ~1.5 s
+                    status, _, _ = await _post_raw(session, "/v1/completions", huge)
+                    assert status == 400
+                    await asyncio.sleep(0.01)
+
+            alone = statistics.median(await victim_latencies_s())
+            attacked, _ = await asyncio.gather(victim_latencies_s(), attack())
+            assert statistics.median(attacked) < 2 * alone + 0.02, (alone, attacked)
+
+    run(body())
