@@ -5,8 +5,10 @@
 (b) DLPM, prefix-heavy workload with a misbehaving client: LPM has the highest throughput
     and the lowest Jain index, VTC the best Jain index and the lowest throughput, DLPM
     within 5% of LPM's throughput with Jain >= 0.9.
-(c) (DoubleQ + DLPM >= 1.5x distributed VTC on 4 workers) is not reproduced by this model
-    yet and is not asserted; see the issue note.
+(c) DoubleQ + DLPM at its defaults on 4 workers: tests/sim/test_paper_tot.py (>= 1.5x
+    VTC + client-rr on tree-of-thought S2) and tests/sim/test_paper_doubleq.py (>= 2x on
+    long-QA S1; good clients' p99 below cache-aware's and RR+LPM's); every misbehaving
+    scenario is a row of docs/paper-table.md. Justitia: tests/sim/test_paper_justitia.py.
 (d) Throughput-optimal batching, one worker at 0.9 of capacity: the work-conserving
     disciplines (sarathi, orca) keep the queue bounded; fastertransformer lets it grow.
 """
