@@ -275,3 +275,61 @@ def test_refused_heads_leave_no_traceback_in_the_log(caplog: pytest.LogCaptureFi
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert not loud, [r.getMessage() for r in loud]
     assert any("400" in r.getMessage() for r in caplog.records)  # still said, quietly
+
+
+def test_a_worker_answering_a_malformed_chunked_body_gets_a_clear_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bad chunk size fails that answer (a 5xx in the OpenAI shape, promptly), never
+    an exception out of the upstream connection's ``data_received``."""
+    from aiohttp import web
+
+    from tests.router.helpers import bind_runner
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        assert request.transport is not None
+        request.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n"
+        )
+        await asyncio.sleep(30)
+        raise AssertionError("the router should have given up on this answer")
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "default"}]})
+
+    async def body() -> None:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.post("/v1/chat/completions", chat),
+                web.get("/health", health),
+                web.get("/v1/models", models),
+            ]
+        )
+        runner, url = await bind_runner(app)
+        server = RouterServer(router_config([url]))
+        try:
+            await server.start()
+            data = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+            raw = await exchange(
+                server.url,
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
+                % (len(data), data),
+                wait_s=5.0,
+            )
+            assert status_of(raw) in (502, 503), raw[:300]
+            assert json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["message"]
+        finally:
+            await server.stop(drain_timeout_s=1.0)
+            await runner.shutdown()
+            await runner.cleanup()
+
+    with caplog.at_level(logging.ERROR):
+        run(body())
+    raised = [r for r in caplog.records if "data_received" in r.getMessage() or r.exc_info]
+    assert not raised, [r.getMessage() for r in raised]
