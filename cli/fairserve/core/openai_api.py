@@ -29,7 +29,8 @@ import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
+from itertools import chain
+from typing import Any, Literal, TypeGuard, cast
 
 from fairserve.core.tokenizer import render_chat, token_key
 from fairserve.core.types import ANONYMOUS_CLIENT, TOKEN_BYTES, key_to_tokens, tokens_to_key
@@ -153,7 +154,6 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 
 
 _TOO_DEEP = f"request body is nested too deeply (the most is {MAX_JSON_DEPTH} levels)"
-_SCALARS = {str, int, float, bool, type(None)}
 
 
 def _no_constant(name: str) -> Any:
@@ -166,18 +166,27 @@ _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def _too_deep(body: dict[str, Any]) -> bool:
-    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`, without recursion; lists
-    of scalars (token ids) are checked in C."""
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return True
-        children = value.values() if isinstance(value, dict) else value
-        if isinstance(value, list) and set(map(type, value)) <= _SCALARS:
-            continue
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
+    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`, level by level with the
+    per-node work mostly in C (``map``, ``chain``, ``set``): a body of half a million
+    messages is checked in a fraction of what parsing it took."""
+    dicts: list[dict[str, Any]] = [body]
+    lists: list[list[Any]] = []
+    for _ in range(MAX_JSON_DEPTH):
+        children = [
+            *chain.from_iterable(map(dict.values, dicts)),
+            *chain.from_iterable(lists),
+        ]
+        kinds = set(map(type, children))
+        if kinds == {dict}:
+            dicts, lists = cast(list[dict[str, Any]], children), []
+        elif kinds == {list}:
+            dicts, lists = [], cast(list[list[Any]], children)
+        elif dict in kinds or list in kinds:
+            dicts = [c for c in children if type(c) is dict]
+            lists = [c for c in children if type(c) is list]
+        else:
+            return False
+    return True
 
 
 def check_context(spec: GenerationSpec, context_tokens: int | None) -> None:
