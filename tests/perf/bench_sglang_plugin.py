@@ -8,7 +8,9 @@ refilled every step) while the engine admits what its KV pool takes and decodes.
 size it times SGLang's batching decision (``SchedulePolicy.calc_priority`` plus the admission
 loop over ``PrefillAdder.add_one_req``) and the whole iteration, with the plugin disabled
 (SGLang's own LPM ordering; SGLang switches LPM to FCFS above 128 waiting requests) and
-with DLPM and VTC inside it. Medians, best and p99 over the steps that made a decision.
+with DLPM and VTC inside it. Medians, best and p99 over the steps that made a decision;
+the note gives the policy's questions per decision, and a first row the helper thread's
+hand-off cost per question alone (``sglang/stepped.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 for path in (ROOT, ROOT / "cli"):  # runnable as a script from any directory
@@ -43,6 +47,7 @@ def bench(size: int, policy: str | None, quantum: float | None, steps: int) -> l
 
     set_policy(policy, quantum)
     decisions: list[float] = []
+    questions = count_questions()
 
     class Timed(Engine):
         def _prefill(self) -> Prefill | None:
@@ -75,12 +80,61 @@ def bench(size: int, policy: str | None, quantum: float | None, steps: int) -> l
         if step >= warmup:
             iterations.append(time.perf_counter() - start)
     name = policy or "off (SGLang LPM)"
+    asked = statistics.median(questions) if questions else 0
     out = []
     for what, samples in (("decision", decisions), ("iteration", iterations)):
         median, best, p99 = summarize([s * 1e6 for s in samples])
+        note = f"{len(samples)} samples, {asked:g} questions/decision"
         out.append(Result("sglang-plugin", f"{what} {size} waiting, {name}", median, best, p99,
-                          "us", note=f"{len(samples)} samples"))  # fmt: skip
+                          "us", note=note))  # fmt: skip
+    questions.clear()
     return out
+
+
+_QUESTIONS: list[int] = []
+
+
+def count_questions() -> list[int]:
+    """The number of ``can_fit`` questions of each decision (each one a hand-off between
+    the scheduler thread and the policy's helper thread), recorded as decisions close."""
+    from fairserve.sglang.stepped import SteppedSelect
+
+    if not getattr(SteppedSelect, "_bench_counted", False):
+        close = SteppedSelect.close
+
+        def counted(self: SteppedSelect) -> list[Any]:
+            admitted = close(self)
+            _QUESTIONS.append(self.asked)
+            return admitted
+
+        SteppedSelect.close = counted  # type: ignore[method-assign]
+        SteppedSelect._bench_counted = True  # type: ignore[attr-defined]
+    _QUESTIONS.clear()
+    return _QUESTIONS
+
+
+def hand_off_cost(questions: int = 5000, repeats: int = 5) -> Result:
+    """The helper thread's cost alone: µs per question of a trivial ``select``."""
+    from fairserve.core.types import Request
+    from fairserve.sglang.stepped import CanFit, SelectThread, SteppedSelect
+
+    runner = SelectThread()
+    items = [Request(f"r{i}", "c", b"", 1, 0.0) for i in range(questions)]
+
+    def select(can_fit: CanFit) -> list[Request]:
+        return [r for r in items if can_fit(r)]
+
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step = SteppedSelect(select, runner)
+        while step.question is not None:
+            step.answer(True)
+        step.close()
+        samples.append((time.perf_counter() - start) / questions * 1e6)
+    median, best, _ = summarize(samples)
+    return Result("sglang-plugin", "helper-thread hand-off per question", median, best, None,
+                  "us", note=f"{repeats} x {questions} questions")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    results: list[Result] = []
+    results: list[Result] = [hand_off_cost()]
     for size in SIZES:
         for policy, quantum in POLICIES:
             results += bench(size, policy, quantum, args.steps)
