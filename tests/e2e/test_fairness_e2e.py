@@ -66,13 +66,12 @@ a light request waits behind an unfair queue."""
 UNFAIR_FACTOR = 4.0
 """Round-robin + LPM must make the light clients' p99 at least this many times worse."""
 JAIN_TOLERANCE = 0.01
-"""Router and client views of the Jain index may differ slightly: the router credits a
-request's whole service when it finishes and samples cumulative service once a second,
-with its fairness window between arrivals *at the router*; the bench credits the prompt at
-the first token and the output spread until the last, on a 500-point grid, with its window
-between *due* times. The rates over ~8 s differ by well under 1%, and the two
-configurations' indices (~0.37 vs ~0.33, light service landing inside or after the window)
-differ by more than this tolerance, so agreement is not automatic."""
+"""Router and client views of the Jain index come from the same ledger (``core.ledger``, the
+bench replays its calls into it as the ``fairness`` block) and may differ slightly: the
+router is busy from a request's arrival *at the router* and credits output per streamed
+event; the bench from the moment it sent the call, with output spread in eight steps until
+the last token. The two configurations' indices (~0.35 vs ~0.33) differ by more than this
+tolerance, so agreement is not automatic."""
 TIMEOUT_S = 30.0
 """Bench grace after the duration: the unfair run needs ~DURATION_S more to drain."""
 
@@ -121,7 +120,8 @@ def test_light_clients_stay_fast_under_doubleq_dlpm_not_under_round_robin_lpm(
     assert unfair_p99_s > DURATION_S / 2, unfair_p99_s
 
     for report, state in ((fair, fair_state), (unfair, unfair_state)):
-        assert state["jain_index"] == pytest.approx(report["jain_index"], abs=JAIN_TOLERANCE)
+        client_side = report["fairness"]["jain_index"]  # the router's definition (core.ledger)
+        assert state["jain_index"] == pytest.approx(client_side, abs=JAIN_TOLERANCE)
         for name in LIGHT:  # the router's own percentiles tell the same story
             client_p99_s = report["clients"][name]["latency_p99_s"]
             router_p99_s = state["clients"][name]["latency_p99_s"]

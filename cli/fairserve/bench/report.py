@@ -26,6 +26,7 @@ from collections import Counter
 from typing import Any
 
 from fairserve.bench.client import OK, SKIPPED, UNFINISHED, Attempt
+from fairserve.bench.fairness import live_fairness
 from fairserve.bench.runner import BenchResult
 from fairserve.core.cost import WeightedTokenCost
 from fairserve.core.metrics import ServiceSample, sample_at
@@ -54,6 +55,7 @@ def bench_report(result: BenchResult) -> dict[str, Any]:
     report["jain_weighted"] = True
     report["jain_weights"] = "router" if result.server_weights is not None else "workload"
     report["workers"] = [_upstream(result)]
+    report["fairness"] = live_fairness(result.attempts, sim.weights, sim.end_s)
     by_client = _errors_by_client(result.attempts)
     skipped = Counter(a.client for a in result.attempts if a.status == SKIPPED)
     window_rates = _window_rates(sim, report["jain_window_s"])

@@ -1,0 +1,82 @@
+"""The router's fairness view of a bench run: the same ledger, fed the same events.
+
+``fairserve top`` and ``/fairserve/v1/state`` judge fairness with
+:class:`~fairserve.core.ledger.ServiceLedger`: each client busy while it has a request
+inside, prompt service credited at the first token, output as it streams, rates over each
+client's own active span in a sliding window. Replaying the run's calls into the same
+ledger gives the bench report a ``fairness`` block that reads like the router's, so the
+client side and the server side can be compared number for number (the DESIGN §7
+``jain_index`` of the report keeps its own definition: the window where every client is
+active).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fairserve.bench.client import Attempt
+from fairserve.core.cost import WeightedTokenCost
+from fairserve.core.ledger import MAX_WINDOW_S, ServiceLedger
+
+COST = WeightedTokenCost()
+SAMPLE_INTERVAL_S = 1.0
+"""As the router samples who is backlogged (``sample_interval_s``)."""
+_OUTPUT_PIECES = 8
+
+# Event order at one instant: arrivals first, then service, then departures.
+_BUSY, _CREDIT, _IDLE = 0, 1, 2
+
+
+def live_fairness(
+    attempts: Iterable[Attempt], weights: Mapping[str, float], end_s: float
+) -> dict[str, Any]:
+    """The router-style ``fairness`` block over the whole run (capped at the ledger's
+    longest window), ending at ``end_s``."""
+    ledger = ServiceLedger()
+    for name, weight in weights.items():
+        ledger.add_client(name, weight, 0.0)
+    events = sorted(_events(attempts, end_s))
+    next_sample_s = SAMPLE_INTERVAL_S
+    for t_s, kind, client, amount in events:
+        while next_sample_s <= t_s:
+            ledger.sample(next_sample_s)
+            next_sample_s += SAMPLE_INTERVAL_S
+        ledger.add_client(client, weights.get(client, 1.0), t_s)
+        if kind == _BUSY:
+            ledger.busy(client, t_s)
+        elif kind == _IDLE:
+            ledger.idle(client, t_s)
+        else:
+            ledger.credit(client, amount, t_s)
+    ledger.sample(end_s)
+    window_s = min(MAX_WINDOW_S, max(end_s, 1e-9))
+    view = ledger.window(window_s, end_s)
+    return {
+        "window_s": window_s,
+        "weighted": True,
+        "span_s": view.end_s - view.start_s,
+        "clients_judged": len(view.rates),
+        "jain_index": view.jain_index,
+        "service_gap": view.service_gap.value,
+        "unit": "service units: w_e·prompt + w_q·output tokens, divided by the client's weight",
+        "definition": "as the router's /fairserve/v1/state and top (core.ledger)",
+    }
+
+
+def _events(attempts: Iterable[Attempt], end_s: float) -> Iterable[tuple[float, int, str, float]]:
+    for a in attempts:
+        if a.sent_s is None:
+            continue
+        finish_s = a.finish_s if a.finish_s is not None else end_s
+        yield (a.sent_s, _BUSY, a.client, 0.0)
+        if a.ok and a.finish_s is not None:
+            first_s = a.first_token_s if a.first_token_s is not None else a.finish_s
+            yield (first_s, _CREDIT, a.client, COST.w_e * a.prompt_tokens)
+            pieces = max(1, min(_OUTPUT_PIECES, a.completion_tokens))
+            share = COST.w_q * a.completion_tokens / pieces
+            step_s = (a.finish_s - first_s) / pieces
+            for k in range(pieces):
+                yield (first_s + (k + 1) * step_s, _CREDIT, a.client, share)
+        yield (finish_s if math.isfinite(finish_s) else end_s, _IDLE, a.client, 0.0)
