@@ -141,12 +141,13 @@ def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
     return path, render(body)
 
 
-def check_hostile(routers: tuple[str, str], path: str, data: bytes) -> int:
+def check_hostile(routers: tuple[str, str, str], path: str, data: bytes) -> int:
     """No 5xx (a healthy worker stands behind, so no 503 either), no leaked internals, a
-    message on every error, and the same status from both fronts (returned)."""
+    message on every error, and the same status from both fronts (returned); the worker
+    itself, sent the same bytes, never answers 5xx either."""
     lean = _post(routers[0] + path, data)
     plain = _post(routers[1] + path, data)
-    for status, text in (lean, plain):
+    for status, text in (lean, plain, _post(routers[2] + path, data)):
         assert status < 500, (status, text[:300], data[:200])
         assert '"code": 500' not in text and "internal error" not in text, text[:300]
         if status >= 400:
@@ -156,15 +157,16 @@ def check_hostile(routers: tuple[str, str], path: str, data: bytes) -> int:
 
 
 @pytest.fixture(scope="module")
-def routers() -> Iterator[tuple[str, str]]:
+def routers() -> Iterator[tuple[str, str, str]]:
     with two_routers() as urls:
         yield urls
 
 
 @contextlib.contextmanager
-def two_routers() -> Iterator[tuple[str, str]]:
+def two_routers() -> Iterator[tuple[str, str, str]]:
     """A worker and two routers in front of it (lean front, aiohttp only) on their own
-    event loop in a thread, shared by all examples (and by ``tests/perf/fuzz_bodies.py``)."""
+    event loop in a thread, shared by all examples (and by ``tests/perf/fuzz_bodies.py``):
+    the routers' URLs, then the worker's."""
     loop = asyncio.new_event_loop()
 
     async def start() -> tuple[WorkerServer, RouterServer, RouterServer]:
@@ -180,7 +182,7 @@ def two_routers() -> Iterator[tuple[str, str]]:
     thread.start()
     worker, lean, plain = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=20)
     try:
-        yield lean.url, plain.url
+        yield lean.url, plain.url, worker.url
     finally:
 
         async def stop() -> None:
@@ -201,7 +203,7 @@ def two_routers() -> Iterator[tuple[str, str]]:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(path=paths, body=bodies)
-def test_fuzzed_bodies_never_5xx(routers: tuple[str, str], path: str, body: Any) -> None:
+def test_fuzzed_bodies_never_5xx(routers: tuple[str, str, str], path: str, body: Any) -> None:
     status, text = _post(routers[0] + path, json.dumps(body, allow_nan=True).encode())
     assert status < 500, (status, text)
     if status >= 400:
@@ -216,7 +218,7 @@ def test_fuzzed_bodies_never_5xx(routers: tuple[str, str], path: str, body: Any)
 )
 @given(path=paths, body=bodies, client=st.text(max_size=6))
 def test_lean_front_answers_like_aiohttp(
-    routers: tuple[str, str], path: str, body: Any, client: str
+    routers: tuple[str, str, str], path: str, body: Any, client: str
 ) -> None:
     data = json.dumps(body, allow_nan=True).encode()
     headers = {"X-Fairserve-Client": client} if client.isprintable() and client.isascii() else {}
@@ -238,7 +240,7 @@ HOSTILE_CI_CASES = 500
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=hostile_bodies())
-def test_hostile_bodies_never_5xx(routers: tuple[str, str], case: tuple[str, bytes]) -> None:
+def test_hostile_bodies_never_5xx(routers: tuple[str, str, str], case: tuple[str, bytes]) -> None:
     check_hostile(routers, *case)
 
 
