@@ -29,7 +29,6 @@ import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Literal, TypeGuard, cast
 
 from fairserve.core.tokenizer import render_chat, token_key
@@ -49,6 +48,7 @@ MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in a body (generation bodies nest a few
 levels; tools' JSON schemas a few more)."""
 MAX_RID_CHARS = 256
+"""Longest request id a client may give (SGLang's are 32 hex digits)."""
 
 CLIENT_HEADER = "X-Fairserve-Client"
 APP_HEADER = "X-Fairserve-App"
@@ -173,8 +173,8 @@ def _too_deep(body: dict[str, Any]) -> bool:
     lists: list[list[Any]] = []
     for _ in range(MAX_JSON_DEPTH):
         children = [
-            *chain.from_iterable(map(dict.values, dicts)),
-            *chain.from_iterable(lists),
+            *itertools.chain.from_iterable(map(dict.values, dicts)),
+            *itertools.chain.from_iterable(lists),
         ]
         kinds = set(map(type, children))
         if kinds == {dict}:
