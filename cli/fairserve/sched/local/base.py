@@ -211,13 +211,16 @@ class LocalPolicy(ABC):
             }
             for c in sorted(set(self.service) | set(self.waiting) | set(self.weights))
         }
-        return {
+        out: dict[str, Any] = {
             "policy": self.name,
             "params": dict(self.p),
             "quantum": self.quantum,
             "cost": self.cost.name,
             "clients": clients,
         }
+        if self.patience is not None:
+            out["memory_patience"] = self.patience.state()
+        return out
 
     # ------------------------------------------------------------ hooks for subclasses
     def _arrive(self, req: Request, now_s: float) -> None:
@@ -294,6 +297,14 @@ class MemoryPatience:
         """Whether this decision must stop at the first most-entitled request that does
         not fit, instead of admitting what still fits behind it."""
         return self.bypasses >= self.patience
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able: whom admissions are held for (dashboards explain a pause with it)."""
+        return {
+            "bypasses": self.bypasses,
+            "held": self.hold,
+            "blocked": None if self.blocked is None else str(self.blocked),
+        }
 
     def decided(self, blocked: object, bypassed: bool) -> None:
         """Record a decision's end: the most entitled client left blocked on memory
