@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import RunCli
+from tests.cli.conftest import RunCli, fairserve_exe, run_cli  # noqa: F401  (fixtures)
 from tests.cli.test_launch import leftovers
 
 SHOWCASE = ("--workload", "vtc-constant", "--duration", "20", "--timeout", "60", "--json")
@@ -34,7 +34,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_readme_showcase_shows_the_fair_split(
-    run_cli: RunCli, env: dict[str, str], fairserve_exe: Path
+    run_cli: RunCli,  # noqa: F811  (the fixture imported above)
+    env: dict[str, str],
+    fairserve_exe: Path,  # noqa: F811
 ) -> None:
     launched = run_cli("launch", "--detach", "--port", "0", env=env)
     try:
