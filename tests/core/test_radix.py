@@ -505,3 +505,29 @@ def test_pruned_subtrees_are_unlinked(locked_once: bool) -> None:
     assert tree.remove_owner(k([1, 2, 3]), "w0") == 4
     assert tree.total_tokens == 2 and tree.node_count() == 1
     assert all(n.parent is None for n in below)
+
+
+def test_a_dropped_tree_with_owners_locks_and_an_lru_unlinks_its_nodes() -> None:
+    """The tree's parts (trie, owner index, LRU index) hold no reference back to the tree,
+    so dropping a tree that used all of them still frees its nodes at once."""
+    tree = RadixTree()
+    tree.insert(k([1, 2, 3]), "w0")
+    tree.insert(k([1, 2, 4, 5]), "w1")
+    tree.insert(k([7, 8]))
+    tree.lock(k([1, 2, 4]))
+    tree.unlock(k([1, 2, 4]))
+    assert tree.evict(1) and tree.match_owners(k([1, 2])).tokens == 2
+    nodes = [node for _, _, node in walk(tree)]
+    assert any(n.parent is not None for n in nodes)
+    del tree
+    assert all(n.parent is None for n in nodes)
+
+
+def test_remove_owner_of_a_key_leaving_the_tree_inside_an_edge_removes_nothing() -> None:
+    tree = RadixTree()
+    tree.insert(k([1, 2, 3, 4]), "w0")
+    assert tree.remove_owner(k([1, 2, 9]), "w0") == 0
+    assert tree.remove_owner(k([5]), "w0") == 0
+    assert tree.owner_tokens("w0") == 4 and tree.match_owners(k([1, 2, 3, 4])).tokens == 4
+    assert tree.remove_owner(k([1, 2]), "w0") == 4  # a key ending inside an edge splits it
+    assert tree.owners() == [] and tree.total_tokens == 0

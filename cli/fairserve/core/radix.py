@@ -20,53 +20,50 @@ prefix caches every shorter prefix of it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from fairserve.core.errors import ConfigError
 from fairserve.core.radix_lru import LruIndex
 from fairserve.core.radix_node import Node, Owner, OwnerMatch, Walk, check_key, common_tokens
 from fairserve.core.radix_owners import OwnerIndex
+from fairserve.core.radix_trie import Trie
 from fairserve.core.types import TOKEN_BYTES
 
 __all__ = ["Node", "Owner", "OwnerMatch", "RadixTree"]
 
-WALK_MEMO_ENTRIES = 1024
 
+class RadixTree:
+    """Radix tree over token keys with owners, reference counts and LRU eviction.
 
-class RadixTree(OwnerIndex):
-    """Radix tree over token keys with owners, reference counts and LRU eviction."""
+    Made of parts: the :class:`~fairserve.core.radix_trie.Trie` (nodes and the counts that
+    follow their shape, the LRU index of eviction candidates among them), an
+    :class:`~fairserve.core.radix_owners.OwnerIndex` over it (the owner queries below
+    delegate to it), and here the local-cache operations: insert, lock, touch, evict."""
 
     def __init__(self) -> None:
-        self._root = Node(b"", None)
+        self._trie = Trie()
+        self._owners = OwnerIndex(self._trie)
+        self._root = self._trie.root
         self._tick = 0
-        self.total_tokens = 0
-        self.protected_tokens = 0
-        """Tokens in nodes some lock references: what ``evict`` can never free."""
-        self._owner_tokens: dict[Owner, int] = {}
         self._locks: dict[bytes, list[tuple[int, Node]]] = {}
         """key -> (tokens, deepest node) each of its locks took."""
-        self._lru: LruIndex | None = None  # built by the first eviction
-        self._owned = True
-        """Every node has an owner and none was ever locked (a pure global tree): removing
-        an owner then prunes exactly the nodes it left ownerless, found in one pass."""
-        self._shape = 0
-        """Bumped whenever nodes are added, split or detached."""
-        self._walks: dict[bytes, Walk] = {}
-        """Where matches ended, valid while the shape is ``_walks_shape``: a lock or an
-        insert of a key just matched (a request admitted after its match, a dispatcher
-        recording the key it matched) starts there instead of walking again."""
-        self._walks_shape = 0
 
-    def __del__(self) -> None:
-        """Nodes point to their parents, so a dropped tree would be one reference cycle
-        that only the cyclic garbage collector frees (a DLPM decision drops a small tree;
-        collecting those dominated the collector's work in a simulated hour). Unlinking
-        the parents lets reference counting free the nodes at once."""
-        stack = [self._root]
-        while stack:
-            node = stack.pop()
-            node.parent = None
-            stack.extend(node.children.values())
+    @property
+    def total_tokens(self) -> int:
+        """Tokens in the tree."""
+        return self._trie.total_tokens
+
+    @property
+    def protected_tokens(self) -> int:
+        """Tokens in nodes some lock references: what ``evict`` can never free."""
+        return self._trie.protected_tokens
+
+    @property
+    def _lru(self) -> LruIndex | None:
+        """The trie's eviction candidates; None until the first eviction (or to rebuild)."""
+        return self._trie.lru
+
+    @_lru.setter
+    def _lru(self, lru: LruIndex | None) -> None:
+        self._trie.lru = lru
 
     # ------------------------------------------------------------------ queries
     def match_len(self, key: bytes) -> int:
@@ -84,9 +81,9 @@ class RadixTree(OwnerIndex):
                 node = child
                 continue
             shared = common_tokens(key, pos, edge)
-            self._remember(key, (node, pos, child, shared))
+            self._trie.remember(key, (node, pos, child, shared))
             return pos // TOKEN_BYTES + shared
-        self._remember(key, (node, pos, None, 0))
+        self._trie.remember(key, (node, pos, None, 0))
         return pos // TOKEN_BYTES
 
     def evictable_tokens(self) -> int:
@@ -95,7 +92,7 @@ class RadixTree(OwnerIndex):
 
     def node_count(self) -> int:
         """Number of nodes, root excluded (for tests and diagnostics)."""
-        return sum(1 for _ in self._iter_nodes())
+        return sum(1 for _ in self._trie.nodes())
 
     # ------------------------------------------------------------------ updates
     def insert(
@@ -124,17 +121,18 @@ class RadixTree(OwnerIndex):
         n = len(key)
         if n % TOKEN_BYTES:
             check_key(key)
+        trie = self._trie
         if owner is None and n:
-            self._owned = False
+            trie.owned = False
         self._tick += 1
         tick = self._tick
         node, pos, added = self._root, 0, 0
-        walk = self._locked_start(key, from_lock) if from_lock is not None else self._recall(key)
+        walk = self._locked_start(key, from_lock) if from_lock is not None else trie.recall(key)
         if walk is not None:
             node, pos, partial, shared = walk
             self._claim_path(node, tick, owner)  # as a walk from the root would
             if partial is not None:
-                node = self._split(partial, shared)
+                node = trie.split(partial, shared)
                 pos += len(node.edge)
                 self._claim_path(node, tick, owner, up_to=node.parent)
         startswith = key.startswith
@@ -144,23 +142,23 @@ class RadixTree(OwnerIndex):
             if child is None:
                 child = Node(key[pos:], node)
                 node.children[head] = child
-                self._shape += 1
+                trie.shape += 1
                 added = (n - pos) // TOKEN_BYTES
-                self.total_tokens += added
+                trie.total_tokens += added
                 pos = n
             elif startswith(child.edge, pos):
                 pos += len(child.edge)
             else:
-                child = self._split(child, common_tokens(key, pos, child.edge))
+                child = trie.split(child, common_tokens(key, pos, child.edge))
                 pos += len(child.edge)
             child.last_access = tick
             if owner is not None and owner not in child.owners:
                 child.owners.add(owner)
                 tokens = len(child.edge) // TOKEN_BYTES
-                self._owner_tokens[owner] = self._owner_tokens.get(owner, 0) + tokens
+                trie.owner_tokens[owner] = trie.owner_tokens.get(owner, 0) + tokens
             node = child
-        if self._lru is not None and node is not self._root:
-            self._lru.push(node)
+        if trie.lru is not None and node is not self._root:
+            trie.lru.push(node)
         return node, added
 
     def _locked_start(self, key: bytes, locked_key: bytes) -> Walk:
@@ -185,21 +183,9 @@ class RadixTree(OwnerIndex):
             if owner is not None and owner not in cur.owners:
                 cur.owners.add(owner)
                 tokens = len(cur.edge) // TOKEN_BYTES
-                self._owner_tokens[owner] = self._owner_tokens.get(owner, 0) + tokens
+                owner_tokens = self._trie.owner_tokens
+                owner_tokens[owner] = owner_tokens.get(owner, 0) + tokens
             cur = cur.parent  # type: ignore[assignment]
-
-    def _remember(self, key: bytes, walk: Walk) -> None:
-        walks = self._walks
-        if self._walks_shape != self._shape or len(walks) >= WALK_MEMO_ENTRIES:
-            walks.clear()
-            self._walks_shape = self._shape
-        walks[key] = walk
-
-    def _recall(self, key: bytes) -> Walk | None:
-        """Where a match of ``key`` ended, if the tree's shape has not changed since."""
-        if self._walks_shape != self._shape:
-            return None
-        return self._walks.get(key)
 
     def touch(self, key: bytes) -> int:
         """Mark the matched prefix of ``key`` as just used (LRU); returns its length.
@@ -207,11 +193,12 @@ class RadixTree(OwnerIndex):
         A match that ends inside an edge splits it there, so exactly the used prefix is
         refreshed and the returned length equals ``match_len``."""
         self._tick += 1
-        node, matched = self._walk_full_nodes(key, split_partial=True)
-        for cur in self._path_to_root(node):
+        trie = self._trie
+        node, matched = trie.walk_full_nodes(key, split_partial=True)
+        for cur in trie.path_to_root(node):
             cur.last_access = self._tick
-        if self._lru is not None and node is not self._root:
-            self._lru.push(node)
+        if trie.lru is not None and node is not self._root:
+            trie.lru.push(node)
         return matched
 
     def lock(self, key: bytes) -> int:
@@ -220,13 +207,13 @@ class RadixTree(OwnerIndex):
         Pair every ``lock`` with an ``unlock`` of the same key (also when it locked 0
         tokens). Locked nodes are never evicted or pruned, so the locked path keeps its
         node boundaries until the unlock; insertions below it are fine."""
-        walk = self._recall(key)
+        walk = self._trie.recall(key)
         if walk is None:
-            node, matched = self._walk_full_nodes(key, split_partial=True)
+            node, matched = self._trie.walk_full_nodes(key, split_partial=True)
         else:
             node, pos, partial, shared = walk
             if partial is not None:
-                node = self._split(partial, shared)
+                node = self._trie.split(partial, shared)
                 pos += len(node.edge)
             matched = pos // TOKEN_BYTES
         self._lock_path(key, node, matched)
@@ -235,7 +222,7 @@ class RadixTree(OwnerIndex):
     def _lock_path(self, key: bytes, node: Node, matched: int) -> None:
         """Take a lock on ``key`` that covers ``node`` (ending at ``matched`` tokens) and
         its ancestors."""
-        self._owned = False
+        self._trie.owned = False
         locks = self._locks.get(key)
         if locks is None:
             self._locks[key] = [(matched, node)]
@@ -250,7 +237,7 @@ class RadixTree(OwnerIndex):
             cur.ref += 1
             cur.last_access = tick
             cur = cur.parent  # type: ignore[assignment]
-        self.protected_tokens += protected // TOKEN_BYTES
+        self._trie.protected_tokens += protected // TOKEN_BYTES
 
     def unlock(self, key: bytes) -> None:
         """Release a ``lock`` taken on ``key``.
@@ -270,7 +257,7 @@ class RadixTree(OwnerIndex):
             node = locks.pop(shortest)[1]
         # The locked node is still the one ending where the lock ended: locked nodes are
         # never detached, and a split above one keeps it below the new upper node.
-        root, lru, freed = self._root, self._lru, 0
+        root, lru, freed = self._root, self._trie.lru, 0
         cur = node
         while cur is not root:
             cur.ref -= 1
@@ -279,100 +266,54 @@ class RadixTree(OwnerIndex):
                 if lru is not None:
                     lru.push(cur)
             cur = cur.parent  # type: ignore[assignment]
-        self.protected_tokens -= freed // TOKEN_BYTES
+        self._trie.protected_tokens -= freed // TOKEN_BYTES
 
     def evict(self, num_tokens: int) -> list[bytes]:
         """Free at least ``num_tokens`` from LRU unreferenced leaves (or all that can go).
 
         Returns the full keys of the evicted nodes: the eviction events of this cache."""
-        if self._lru is None:
-            self._lru = LruIndex(self._iter_nodes())
-        elif self._lru.needs_compaction():
-            self._lru.rebuild(self._iter_nodes())
+        trie = self._trie
+        lru = self._lru
+        if lru is None:
+            lru = self._lru = LruIndex(trie.nodes())
+        elif lru.needs_compaction():
+            lru.rebuild(trie.nodes())
         freed, evicted = 0, []
-        pop = self._lru.pop
+        pop = lru.pop
         while freed < num_tokens:
             leaf = pop()
             if leaf is None:
                 break
             assert isinstance(leaf, Node)
-            evicted.append(self._full_key(leaf))
+            evicted.append(trie.full_key(leaf))
             freed += len(leaf.edge) // TOKEN_BYTES
-            self._detach(leaf)  # pushes the parent if it became a candidate
+            trie.detach(leaf)  # pushes the parent if it became a candidate
         return evicted
 
-    # ------------------------------------------------------------------ internals
-    def _iter_nodes(self) -> Iterator[Node]:
-        stack = list(self._root.children.values())
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(node.children.values())
+    # ------------------------------------------------------------------ owners
+    def match_owners(self, key: bytes) -> OwnerMatch:
+        """Longest prefix of ``key`` held by some owner, and all owners holding it."""
+        return self._owners.match(key)
 
-    def _path_to_root(self, node: Node) -> Iterator[Node]:
-        """``node`` and its ancestors, root excluded."""
-        cur: Node | None = node
-        while cur is not None and cur is not self._root:
-            yield cur
-            cur = cur.parent
+    def owner_tokens(self, owner: Owner) -> int:
+        """Tokens the tree records as cached by ``owner``."""
+        return self._owners.tokens(owner)
 
-    def _walk_full_nodes(self, key: bytes, split_partial: bool = False) -> tuple[Node, int]:
-        """Deepest node whose path is a prefix of ``key``; optionally split a partial edge."""
-        node, pos = self._root, 0
-        n = len(key)
-        startswith = key.startswith
-        while pos < n:
-            child = node.children.get(key[pos : pos + TOKEN_BYTES])
-            if child is None:
-                break
-            edge = child.edge
-            if startswith(edge, pos):
-                pos += len(edge)
-                node = child
-                continue
-            shared = common_tokens(key, pos, edge)
-            if split_partial and shared:
-                node = self._split(child, shared)
-                pos += len(node.edge)
-            break
-        return node, pos // TOKEN_BYTES
+    def owners(self) -> list[Owner]:
+        """Owners that hold at least one token."""
+        return self._owners.holders()
 
-    def _split(self, child: Node, shared_tokens: int) -> Node:
-        """Split ``child``'s edge after ``shared_tokens``; returns the new upper node."""
-        cut = shared_tokens * TOKEN_BYTES
-        parent = child.parent
-        assert parent is not None
-        self._shape += 1
-        upper = Node(child.edge[:cut], parent)
-        upper.owners = set(child.owners)
-        upper.ref = child.ref
-        upper.last_access = child.last_access
-        parent.children[child.edge[:TOKEN_BYTES]] = upper
-        child.edge = child.edge[cut:]
-        child.parent = upper
-        upper.children[child.edge[:TOKEN_BYTES]] = child
-        return upper
+    def remove_owner(self, key: bytes, owner: Owner) -> int:
+        """Apply an eviction event: ``owner`` no longer caches ``key`` nor anything below it.
 
-    def _detach(self, node: Node) -> Node:
-        self._shape += 1
-        parent = node.parent
-        assert parent is not None
-        del parent.children[node.edge[:TOKEN_BYTES]]
-        tokens = len(node.edge) // TOKEN_BYTES
-        self.total_tokens -= tokens
-        for owner in node.owners:
-            self._owner_tokens[owner] -= tokens
-        node.parent = None
-        if self._lru is not None and parent is not self._root:
-            self._lru.push(parent)
-        return parent
+        Returns the owner's tokens removed. Nodes left without owners are pruned."""
+        return self._owners.remove(key, owner)
 
-    def _full_key(self, node: Node) -> bytes:
-        parts: list[bytes] = []
-        root = self._root
-        cur: Node | None = node
-        while cur is not None and cur is not root:
-            parts.append(cur.edge)
-            cur = cur.parent
-        parts.reverse()
-        return b"".join(parts)
+    def remove_owner_everywhere(self, owner: Owner) -> int:
+        """Forget everything ``owner`` caches (a worker restarted or was removed)."""
+        return self._owners.remove_everywhere(owner)
+
+    def evict_owner_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
+        """Approximate an owner's LRU cache bound: drop its LRU leaves until it holds at most
+        ``max_tokens`` tokens. Returns the removed prefixes."""
+        return self._owners.evict_lru(owner, max_tokens)

@@ -1,41 +1,35 @@
-"""The global-tree half of :class:`~fairserve.core.radix.RadixTree`: owners.
+"""The owner half of a :class:`~fairserve.core.radix.RadixTree`: who caches which prefix.
 
 A dispatcher's tree records, per node, the workers (*owners*) whose cache holds that
 prefix. A child's owners are a subset of its parent's (a worker that caches a prefix caches
-every shorter prefix of it); nodes left without owners are pruned.
+every shorter prefix of it); nodes left without owners are pruned. The tree owns one
+:class:`OwnerIndex` over its :class:`~fairserve.core.radix_trie.Trie` and answers its owner
+queries through it.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from fairserve.core.errors import ConfigError
-from fairserve.core.radix_node import Node, Owner, OwnerMatch, Walk, common_tokens
+from fairserve.core.radix_node import Node, Owner, OwnerMatch, common_tokens
+from fairserve.core.radix_trie import Trie
 from fairserve.core.types import TOKEN_BYTES
 
 
 class OwnerIndex:
-    """Mixin of :class:`~fairserve.core.radix.RadixTree`: owner queries and removal."""
+    """Owner queries and removal over one trie (the trie keeps the per-owner counts)."""
 
-    _root: Node
-    _owner_tokens: dict[Owner, int]
-    _owned: bool
-    total_tokens: int
-    protected_tokens: int
+    __slots__ = ("_trie",)
 
-    if TYPE_CHECKING:
+    def __init__(self, trie: Trie) -> None:
+        self._trie = trie
 
-        def _split(self, child: Node, shared_tokens: int) -> Node: ...
-        def _detach(self, node: Node) -> Node: ...
-        def _full_key(self, node: Node) -> bytes: ...
-        def _remember(self, key: bytes, walk: Walk) -> None: ...
-
-    def match_owners(self, key: bytes) -> OwnerMatch:
+    def match(self, key: bytes) -> OwnerMatch:
         """Longest prefix of ``key`` held by some owner, and all owners holding it."""
         # The owners are copied once, at the end: a set per edge walked would dominate.
-        node, pos = self._root, 0
+        node, pos = self._trie.root, 0
         n = len(key)
         startswith = key.startswith
         while pos < n:
@@ -48,66 +42,53 @@ class OwnerIndex:
                 node = child
                 continue
             shared = common_tokens(key, pos, edge)
-            self._remember(key, (node, pos, child, shared))
+            self._trie.remember(key, (node, pos, child, shared))
             return OwnerMatch(pos // TOKEN_BYTES + shared, frozenset(child.owners))
         if pos >= n or child is None:  # the walk ended on the tree's shape, not on owners
-            self._remember(key, (node, pos, None, 0))
+            self._trie.remember(key, (node, pos, None, 0))
         return OwnerMatch(pos // TOKEN_BYTES, frozenset(node.owners))
 
-    def owner_tokens(self, owner: Owner) -> int:
+    def tokens(self, owner: Owner) -> int:
         """Tokens the tree records as cached by ``owner``."""
-        return self._owner_tokens.get(owner, 0)
+        return self._trie.owner_tokens.get(owner, 0)
 
-    def owners(self) -> list[Owner]:
+    def holders(self) -> list[Owner]:
         """Owners that hold at least one token."""
-        return [o for o, t in self._owner_tokens.items() if t > 0]
+        return [o for o, t in self._trie.owner_tokens.items() if t > 0]
 
-    def remove_owner(self, key: bytes, owner: Owner) -> int:
+    def remove(self, key: bytes, owner: Owner) -> int:
         """Apply an eviction event: ``owner`` no longer caches ``key`` nor anything below it.
 
         Returns the owner's tokens removed. Nodes left without owners are pruned."""
-        node, pos = self._root, 0
-        n = len(key)
-        startswith = key.startswith
-        while pos < n:
-            child = node.children.get(key[pos : pos + TOKEN_BYTES])
-            if child is None:
-                return 0
-            edge = child.edge
-            if startswith(edge, pos):
-                pos += len(edge)
-                node = child
-                continue
-            shared = common_tokens(key, pos, edge)
-            if shared == 0:
-                return 0
-            node = self._split(child, shared)
-            pos += len(node.edge)
-        if node is self._root:
-            return self.remove_owner_everywhere(owner)
+        node, matched = self._trie.walk_full_nodes(key, split_partial=True)
+        if matched * TOKEN_BYTES < len(key):
+            return 0  # the tree does not hold all of key: nothing of it to remove
+        if node is self._trie.root:
+            return self.remove_everywhere(owner)
         return self._drop_owner_subtree(node, owner)
 
-    def remove_owner_everywhere(self, owner: Owner) -> int:
+    def remove_everywhere(self, owner: Owner) -> int:
         """Forget everything ``owner`` caches (a worker restarted or was removed)."""
         return sum(
-            self._drop_owner_subtree(child, owner) for child in list(self._root.children.values())
+            self._drop_owner_subtree(child, owner)
+            for child in list(self._trie.root.children.values())
         )
 
-    def evict_owner_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
+    def evict_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
         """Approximate an owner's LRU cache bound: drop its LRU leaves until it holds at most
         ``max_tokens`` tokens. Returns the removed prefixes."""
         if max_tokens < 0:
             raise ConfigError(f"max_tokens must be >= 0, got {max_tokens}")
         removed: list[bytes] = []
-        if self.owner_tokens(owner) <= max_tokens:
+        if self.tokens(owner) <= max_tokens:
             return removed
         heap = [(n.last_access, id(n), n) for n in self._owner_leaves(owner)]
         heapq.heapify(heap)
-        while heap and self.owner_tokens(owner) > max_tokens:
+        while heap and self.tokens(owner) > max_tokens:
             _, _, leaf = heapq.heappop(heap)
             if owner not in leaf.owners or any(owner in c.owners for c in leaf.children.values()):
                 continue
-            removed.append(self._full_key(leaf))
+            removed.append(self._trie.full_key(leaf))
             parent = leaf.parent
             self._drop_owner_subtree(leaf, owner)
             if self._is_owner_leaf(parent, owner):
@@ -116,7 +97,7 @@ class OwnerIndex:
         return removed
 
     def _owner_leaves(self, owner: Owner) -> Iterator[Node]:
-        stack = [c for c in self._root.children.values() if owner in c.owners]
+        stack = [c for c in self._trie.root.children.values() if owner in c.owners]
         while stack:
             node = stack.pop()
             below = [c for c in node.children.values() if owner in c.owners]
@@ -127,12 +108,12 @@ class OwnerIndex:
 
     def _is_owner_leaf(self, node: Node | None, owner: Owner) -> bool:
         """True when ``owner`` holds ``node`` but none of its children."""
-        if node is None or node is self._root or owner not in node.owners:
+        if node is None or node is self._trie.root or owner not in node.owners:
             return False
         return not any(owner in c.owners for c in node.children.values())
 
     def _drop_owner_subtree(self, top: Node, owner: Owner) -> int:
-        if self._owned:
+        if self._trie.owned:
             return self._drop_owner_owned(top, owner)
         removed = 0
         stack = [top]
@@ -141,7 +122,7 @@ class OwnerIndex:
             if owner not in node.owners:
                 continue
             node.owners.discard(owner)
-            self._owner_tokens[owner] -= node.tokens
+            self._trie.owner_tokens[owner] -= node.tokens
             removed += node.tokens
             stack.extend(node.children.values())
         self._prune_ownerless(top)
@@ -155,9 +136,9 @@ class OwnerIndex:
         if not top.children and owner in owners:  # the usual event: one leaf
             owners.discard(owner)
             removed = len(top.edge) // TOKEN_BYTES
-            self._owner_tokens[owner] -= removed
+            self._trie.owner_tokens[owner] -= removed
             if not owners:
-                self._detach(top)
+                self._trie.detach(top)
             return removed
         removed_bytes = inside_bytes = 0
         tops: list[Node] = []
@@ -179,10 +160,10 @@ class OwnerIndex:
                     tops.append(node)
         removed = removed_bytes // TOKEN_BYTES
         if removed:
-            self._owner_tokens[owner] -= removed
-        self.total_tokens -= inside_bytes // TOKEN_BYTES
+            self._trie.owner_tokens[owner] -= removed
+        self._trie.total_tokens -= inside_bytes // TOKEN_BYTES
         for node in tops:
-            self._detach(node)
+            self._trie.detach(node)
         return removed
 
     def _prune_ownerless(self, top: Node) -> None:
@@ -193,15 +174,15 @@ class OwnerIndex:
             if node.owners or node.ref > 0 or node.parent is None:
                 stack.extend(node.children.values())
                 continue
-            if self.protected_tokens and any(n.ref > 0 for n in self._subtree(node)):
+            if self._trie.protected_tokens and any(n.ref > 0 for n in self._trie.subtree(node)):
                 stack.extend(node.children.values())
                 continue
             if node.children:
-                for n in self._subtree(node):
+                for n in self._trie.subtree(node):
                     if n is not node:
-                        self.total_tokens -= n.tokens
+                        self._trie.total_tokens -= n.tokens
                         n.parent = None  # detached with it; no cycle left for the GC
-            self._detach(node)
+            self._trie.detach(node)
 
     def _subtree(self, top: Node) -> Iterator[Node]:
         stack = [top]

@@ -1,0 +1,173 @@
+"""The shape under a :class:`~fairserve.core.radix.RadixTree`: nodes and the counts that follow it.
+
+A :class:`Trie` owns the compressed nodes and everything that must change whenever a node
+is added, split or detached: the token totals (all tokens, tokens per owner), the shape
+version that invalidates remembered walks, and the index of eviction candidates. The tree
+(local-cache operations) and its :class:`~fairserve.core.radix_owners.OwnerIndex` (owner
+operations) both work on one trie through these methods; neither reaches into the other.
+
+Nothing here points back at the tree or the owner index, so dropping a tree frees all of it
+by reference counting (see :meth:`Trie.__del__`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from fairserve.core.radix_lru import LruIndex
+from fairserve.core.radix_node import Node, Owner, Walk, common_tokens
+from fairserve.core.types import TOKEN_BYTES
+
+WALK_MEMO_ENTRIES = 1024
+
+
+class Trie:
+    """Compressed token trie with per-owner token counts and a walk memo."""
+
+    __slots__ = (
+        "_walks",
+        "_walks_shape",
+        "lru",
+        "owned",
+        "owner_tokens",
+        "protected_tokens",
+        "root",
+        "shape",
+        "total_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.root = Node(b"", None)
+        self.total_tokens = 0
+        self.protected_tokens = 0
+        """Tokens in nodes some lock references: what eviction can never free."""
+        self.owner_tokens: dict[Owner, int] = {}
+        self.lru: LruIndex | None = None
+        """Eviction candidates; built by the tree's first eviction, fed by every detach."""
+        self.owned = True
+        """Every node has an owner and none was ever locked (a pure global tree): removing
+        an owner then prunes exactly the nodes it left ownerless, found in one pass."""
+        self.shape = 0
+        """Bumped whenever nodes are added, split or detached."""
+        self._walks: dict[bytes, Walk] = {}
+        """Where matches ended, valid while the shape is ``_walks_shape``: a lock or an
+        insert of a key just matched (a request admitted after its match, a dispatcher
+        recording the key it matched) starts there instead of walking again."""
+        self._walks_shape = 0
+
+    def __del__(self) -> None:
+        """Nodes point to their parents, so a dropped trie would be one reference cycle
+        that only the cyclic garbage collector frees (a DLPM decision drops a small tree;
+        collecting those dominated the collector's work in a simulated hour). Unlinking
+        the parents lets reference counting free the nodes at once."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            node.parent = None
+            stack.extend(node.children.values())
+
+    # ------------------------------------------------------------------ walks
+    def remember(self, key: bytes, walk: Walk) -> None:
+        """Note where a match of ``key`` ended (see ``_walks``)."""
+        walks = self._walks
+        if self._walks_shape != self.shape or len(walks) >= WALK_MEMO_ENTRIES:
+            walks.clear()
+            self._walks_shape = self.shape
+        walks[key] = walk
+
+    def recall(self, key: bytes) -> Walk | None:
+        """Where a match of ``key`` ended, if the shape has not changed since."""
+        if self._walks_shape != self.shape:
+            return None
+        return self._walks.get(key)
+
+    def walk_full_nodes(self, key: bytes, split_partial: bool = False) -> tuple[Node, int]:
+        """Deepest node whose path is a prefix of ``key``; optionally split a partial edge."""
+        node, pos = self.root, 0
+        n = len(key)
+        startswith = key.startswith
+        while pos < n:
+            child = node.children.get(key[pos : pos + TOKEN_BYTES])
+            if child is None:
+                break
+            edge = child.edge
+            if startswith(edge, pos):
+                pos += len(edge)
+                node = child
+                continue
+            shared = common_tokens(key, pos, edge)
+            if split_partial and shared:
+                node = self.split(child, shared)
+                pos += len(node.edge)
+            break
+        return node, pos // TOKEN_BYTES
+
+    # ------------------------------------------------------------------ shape changes
+    def split(self, child: Node, shared_tokens: int) -> Node:
+        """Split ``child``'s edge after ``shared_tokens``; returns the new upper node."""
+        cut = shared_tokens * TOKEN_BYTES
+        parent = child.parent
+        assert parent is not None
+        self.shape += 1
+        upper = Node(child.edge[:cut], parent)
+        upper.owners = set(child.owners)
+        upper.ref = child.ref
+        upper.last_access = child.last_access
+        parent.children[child.edge[:TOKEN_BYTES]] = upper
+        child.edge = child.edge[cut:]
+        child.parent = upper
+        upper.children[child.edge[:TOKEN_BYTES]] = child
+        return upper
+
+    def detach(self, node: Node) -> Node:
+        """Cut ``node`` (and what hangs below it) off its parent; returns the parent.
+
+        Only ``node``'s own tokens leave the totals: a caller detaching a subtree
+        accounts for the nodes below it."""
+        self.shape += 1
+        parent = node.parent
+        assert parent is not None
+        del parent.children[node.edge[:TOKEN_BYTES]]
+        tokens = len(node.edge) // TOKEN_BYTES
+        self.total_tokens -= tokens
+        for owner in node.owners:
+            self.owner_tokens[owner] -= tokens
+        node.parent = None
+        if self.lru is not None and parent is not self.root:
+            self.lru.push(parent)
+        return parent
+
+    # ------------------------------------------------------------------ reading
+    def full_key(self, node: Node) -> bytes:
+        """The tokens from the root to the end of ``node``."""
+        parts: list[bytes] = []
+        root = self.root
+        cur: Node | None = node
+        while cur is not None and cur is not root:
+            parts.append(cur.edge)
+            cur = cur.parent
+        parts.reverse()
+        return b"".join(parts)
+
+    def nodes(self) -> Iterator[Node]:
+        """Every node, root excluded."""
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def subtree(self, top: Node) -> Iterator[Node]:
+        """``top`` and every node below it."""
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def path_to_root(self, node: Node) -> Iterator[Node]:
+        """``node`` and its ancestors, root excluded."""
+        cur: Node | None = node
+        while cur is not None and cur is not self.root:
+            yield cur
+            cur = cur.parent
