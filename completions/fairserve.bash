@@ -10,7 +10,7 @@ _fairserve() {
         if (( skip )); then skip=0; continue; fi
         case "$node $word" in
             "fairserve launch"|"fairserve status"|"fairserve stop"|"fairserve top"|"fairserve simulate"|"fairserve worker"|"fairserve router"|"fairserve bench"|"fairserve policies"|"fairserve tune"|"fairserve tune quantum"|"fairserve tune weight"|"fairserve profile"|"fairserve profile show") node="$node $word" ;;
-            "fairserve launch --engine"|"fairserve launch --workers"|"fairserve launch --gpus"|"fairserve launch --tp"|"fairserve launch --model"|"fairserve launch --policy"|"fairserve launch --dispatch"|"fairserve launch --quantum"|"fairserve launch --worker-quantum"|"fairserve launch --profile"|"fairserve launch --clients"|"fairserve launch --host"|"fairserve launch --port"|"fairserve launch --worker-url"|"fairserve launch --queue-cap"|"fairserve launch --max-body-bytes"|"fairserve launch --router-queue"|"fairserve launch --max-outstanding-per-worker"|"fairserve launch --metrics-max-clients"|"fairserve launch --drain-timeout"|"fairserve launch --record"|"fairserve launch --speed"|"fairserve launch --ready-timeout"|"fairserve status --url"|"fairserve status --token"|"fairserve stop --timeout"|"fairserve top --url"|"fairserve top --token"|"fairserve top --interval"|"fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --worker-extension"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --max-outstanding-per-worker"|"fairserve router --metrics-max-clients"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot"|"fairserve tune quantum --worker"|"fairserve tune quantum --max-request-cost"|"fairserve tune quantum --target-jain"|"fairserve tune quantum --max-gap"|"fairserve tune quantum --min-quantum"|"fairserve tune quantum --max-quantum"|"fairserve tune quantum --max-step"|"fairserve tune quantum --max-steps"|"fairserve tune quantum --window"|"fairserve tune quantum --settle"|"fairserve tune quantum --trace"|"fairserve tune quantum --workload"|"fairserve tune quantum --grid"|"fairserve tune quantum --worker-grid"|"fairserve tune quantum --policy"|"fairserve tune quantum --dispatch"|"fairserve tune quantum --workers"|"fairserve tune quantum --profile"|"fairserve tune quantum --duration"|"fairserve tune quantum --seed"|"fairserve tune quantum --url"|"fairserve tune quantum --token"|"fairserve tune weight --url"|"fairserve tune weight --token"|"fairserve profile --url"|"fairserve profile --out"|"fairserve profile --plot"|"fairserve profile --timing"|"fairserve profile --step-overhead-s"|"fairserve profile --gpu-index"|"fairserve profile --seed"|"fairserve profile --timeout"|"fairserve profile show -w"|"fairserve profile show --workload"|"fairserve profile show --workers") skip=1 ;;
+            "fairserve launch --engine"|"fairserve launch --workers"|"fairserve launch --gpus"|"fairserve launch --tp"|"fairserve launch --model"|"fairserve launch --policy"|"fairserve launch --dispatch"|"fairserve launch --quantum"|"fairserve launch --worker-quantum"|"fairserve launch --profile"|"fairserve launch --clients"|"fairserve launch --host"|"fairserve launch --port"|"fairserve launch --worker-url"|"fairserve launch --queue-cap"|"fairserve launch --max-body-bytes"|"fairserve launch --router-queue"|"fairserve launch --max-outstanding-per-worker"|"fairserve launch --metrics-max-clients"|"fairserve launch --drain-timeout"|"fairserve launch --request-timeout"|"fairserve launch --first-byte-timeout"|"fairserve launch --stall-timeout"|"fairserve launch --outlier-failures"|"fairserve launch --record"|"fairserve launch --speed"|"fairserve launch --ready-timeout"|"fairserve status --url"|"fairserve status --token"|"fairserve stop --timeout"|"fairserve top --url"|"fairserve top --token"|"fairserve top --interval"|"fairserve top --window"|"fairserve simulate -w"|"fairserve simulate --workload"|"fairserve simulate --policy"|"fairserve simulate --dispatch"|"fairserve simulate --workers"|"fairserve simulate --quantum"|"fairserve simulate --worker-quantum"|"fairserve simulate --profile"|"fairserve simulate --batching"|"fairserve simulate --duration"|"fairserve simulate --seed"|"fairserve simulate --plot"|"fairserve simulate --compare"|"fairserve simulate --param"|"fairserve worker --port"|"fairserve worker --host"|"fairserve worker --policy"|"fairserve worker --quantum"|"fairserve worker --param"|"fairserve worker --profile"|"fairserve worker --batching"|"fairserve worker --speed"|"fairserve worker --model-name"|"fairserve worker --max-running-requests"|"fairserve worker --admin-token"|"fairserve router --worker-url"|"fairserve router --worker-extension"|"fairserve router --host"|"fairserve router --port"|"fairserve router --dispatch"|"fairserve router --policy"|"fairserve router --quantum"|"fairserve router --worker-quantum"|"fairserve router --clients"|"fairserve router --admin-token"|"fairserve router --queue-cap"|"fairserve router --max-body-bytes"|"fairserve router --router-queue"|"fairserve router --max-outstanding-per-worker"|"fairserve router --metrics-max-clients"|"fairserve router --trace"|"fairserve router --drain-timeout"|"fairserve router --request-timeout"|"fairserve router --first-byte-timeout"|"fairserve router --stall-timeout"|"fairserve router --outlier-failures"|"fairserve router --settings"|"fairserve bench --url"|"fairserve bench -w"|"fairserve bench --workload"|"fairserve bench --duration"|"fairserve bench --seed"|"fairserve bench --api"|"fairserve bench --timeout"|"fairserve bench --max-in-flight"|"fairserve bench --token"|"fairserve bench --model"|"fairserve bench --plot"|"fairserve tune quantum --worker"|"fairserve tune quantum --max-request-cost"|"fairserve tune quantum --target-jain"|"fairserve tune quantum --max-gap"|"fairserve tune quantum --min-quantum"|"fairserve tune quantum --max-quantum"|"fairserve tune quantum --max-step"|"fairserve tune quantum --max-steps"|"fairserve tune quantum --window"|"fairserve tune quantum --settle"|"fairserve tune quantum --trace"|"fairserve tune quantum --workload"|"fairserve tune quantum --grid"|"fairserve tune quantum --worker-grid"|"fairserve tune quantum --policy"|"fairserve tune quantum --dispatch"|"fairserve tune quantum --workers"|"fairserve tune quantum --profile"|"fairserve tune quantum --duration"|"fairserve tune quantum --seed"|"fairserve tune quantum --url"|"fairserve tune quantum --token"|"fairserve tune weight --url"|"fairserve tune weight --token"|"fairserve profile --url"|"fairserve profile --out"|"fairserve profile --plot"|"fairserve profile --timing"|"fairserve profile --step-overhead-s"|"fairserve profile --gpu-index"|"fairserve profile --seed"|"fairserve profile --timeout"|"fairserve profile show -w"|"fairserve profile show --workload"|"fairserve profile show --workers") skip=1 ;;
         esac
     done
     case "$node $prev" in
@@ -34,6 +34,10 @@ _fairserve() {
         "fairserve launch --max-outstanding-per-worker") COMPREPLY=(); return 0 ;;
         "fairserve launch --metrics-max-clients") COMPREPLY=(); return 0 ;;
         "fairserve launch --drain-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve launch --request-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve launch --first-byte-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve launch --stall-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve launch --outlier-failures") COMPREPLY=(); return 0 ;;
         "fairserve launch --record") COMPREPLY=(); return 0 ;;
         "fairserve launch --speed") COMPREPLY=(); return 0 ;;
         "fairserve launch --ready-timeout") COMPREPLY=(); return 0 ;;
@@ -43,6 +47,7 @@ _fairserve() {
         "fairserve top --url") COMPREPLY=(); return 0 ;;
         "fairserve top --token") COMPREPLY=(); return 0 ;;
         "fairserve top --interval") COMPREPLY=(); return 0 ;;
+        "fairserve top --window") COMPREPLY=(); return 0 ;;
         "fairserve simulate -w") COMPREPLY=(); return 0 ;;
         "fairserve simulate --workload") COMPREPLY=(); return 0 ;;
         "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
@@ -56,6 +61,7 @@ _fairserve() {
         "fairserve simulate --seed") COMPREPLY=(); return 0 ;;
         "fairserve simulate --plot") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve simulate --compare") COMPREPLY=(); return 0 ;;
+        "fairserve simulate --param") COMPREPLY=(); return 0 ;;
         "fairserve worker --port") COMPREPLY=(); return 0 ;;
         "fairserve worker --host") COMPREPLY=(); return 0 ;;
         "fairserve worker --policy") COMPREPLY=(); return 0 ;;
@@ -65,6 +71,7 @@ _fairserve() {
         "fairserve worker --batching") COMPREPLY=(); return 0 ;;
         "fairserve worker --speed") COMPREPLY=(); return 0 ;;
         "fairserve worker --model-name") COMPREPLY=(); return 0 ;;
+        "fairserve worker --max-running-requests") COMPREPLY=(); return 0 ;;
         "fairserve worker --admin-token") COMPREPLY=(); return 0 ;;
         "fairserve router --worker-url") COMPREPLY=(); return 0 ;;
         "fairserve router --worker-extension") COMPREPLY=(); return 0 ;;
@@ -83,6 +90,11 @@ _fairserve() {
         "fairserve router --metrics-max-clients") COMPREPLY=(); return 0 ;;
         "fairserve router --trace") COMPREPLY=(); return 0 ;;
         "fairserve router --drain-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve router --request-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve router --first-byte-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve router --stall-timeout") COMPREPLY=(); return 0 ;;
+        "fairserve router --outlier-failures") COMPREPLY=(); return 0 ;;
+        "fairserve router --settings") COMPREPLY=(); return 0 ;;
         "fairserve bench --url") COMPREPLY=(); return 0 ;;
         "fairserve bench -w") COMPREPLY=(); return 0 ;;
         "fairserve bench --workload") COMPREPLY=(); return 0 ;;
@@ -133,18 +145,18 @@ _fairserve() {
     if [[ "$cur" == -* ]]; then
         case "$node" in
             "fairserve") COMPREPLY=( $(compgen -W "--version --debug -h --help" -- "$cur") ) ;;
-            "fairserve launch") COMPREPLY=( $(compgen -W "--engine --workers --gpus --tp --model --policy --dispatch --quantum --worker-quantum --profile --clients --host --port --worker-url --queue-cap --max-body-bytes --router-queue --max-outstanding-per-worker --metrics-max-clients --drain-timeout --detach --record --speed --ready-timeout --dry-run --json -h --help" -- "$cur") ) ;;
+            "fairserve launch") COMPREPLY=( $(compgen -W "--engine --workers --gpus --tp --model --policy --dispatch --quantum --worker-quantum --profile --clients --host --port --worker-url --trust-identity-header --queue-cap --max-body-bytes --router-queue --max-outstanding-per-worker --metrics-max-clients --drain-timeout --request-timeout --first-byte-timeout --stall-timeout --outlier-failures --detach --record --speed --ready-timeout --dry-run --json -h --help" -- "$cur") ) ;;
             "fairserve status") COMPREPLY=( $(compgen -W "--json --url --token -h --help" -- "$cur") ) ;;
             "fairserve stop") COMPREPLY=( $(compgen -W "--timeout --json -h --help" -- "$cur") ) ;;
-            "fairserve top") COMPREPLY=( $(compgen -W "--url --token --interval -h --help" -- "$cur") ) ;;
-            "fairserve simulate") COMPREPLY=( $(compgen -W "-w --workload --policy --dispatch --workers --quantum --worker-quantum --profile --batching --duration --seed --json --plot --compare --drain --list-workloads -h --help" -- "$cur") ) ;;
-            "fairserve worker") COMPREPLY=( $(compgen -W "--port --host --policy --quantum --param --profile --batching --speed --model-name --admin-token -h --help" -- "$cur") ) ;;
-            "fairserve router") COMPREPLY=( $(compgen -W "--worker-url --worker-extension --host --port --dispatch --policy --quantum --worker-quantum --clients --admin-token --queue-cap --max-body-bytes --router-queue --max-outstanding-per-worker --metrics-max-clients --trace --drain-timeout -h --help" -- "$cur") ) ;;
+            "fairserve top") COMPREPLY=( $(compgen -W "--url --token --interval --window -h --help" -- "$cur") ) ;;
+            "fairserve simulate") COMPREPLY=( $(compgen -W "-w --workload --policy --dispatch --workers --quantum --worker-quantum --profile --batching --duration --seed --json --plot --compare --drain --list-workloads --param -h --help" -- "$cur") ) ;;
+            "fairserve worker") COMPREPLY=( $(compgen -W "--port --host --policy --quantum --param --profile --batching --speed --model-name --max-running-requests --admin-token -h --help" -- "$cur") ) ;;
+            "fairserve router") COMPREPLY=( $(compgen -W "--worker-url --worker-extension --host --port --dispatch --policy --quantum --worker-quantum --clients --admin-token --trust-identity-header --strict-model-names --queue-cap --max-body-bytes --router-queue --max-outstanding-per-worker --metrics-max-clients --trace --drain-timeout --request-timeout --first-byte-timeout --stall-timeout --outlier-failures --settings -h --help" -- "$cur") ) ;;
             "fairserve bench") COMPREPLY=( $(compgen -W "--url -w --workload --duration --seed --api --timeout --max-in-flight --token --model --json --plot -h --help" -- "$cur") ) ;;
             "fairserve policies") COMPREPLY=( $(compgen -W "--json -h --help" -- "$cur") ) ;;
             "fairserve tune") COMPREPLY=( $(compgen -W "-h --help" -- "$cur") ) ;;
             "fairserve tune quantum") COMPREPLY=( $(compgen -W "--worker --max-request-cost --auto --target-jain --max-gap --min-quantum --max-quantum --max-step --max-steps --window --settle --dry-run --sweep --trace --workload --grid --worker-grid --policy --dispatch --workers --profile --duration --seed --apply --json --url --token -h --help" -- "$cur") ) ;;
-            "fairserve tune weight") COMPREPLY=( $(compgen -W "--json --url --token -h --help" -- "$cur") ) ;;
+            "fairserve tune weight") COMPREPLY=( $(compgen -W "--create --json --url --token -h --help" -- "$cur") ) ;;
             "fairserve profile") COMPREPLY=( $(compgen -W "--url --quick --out --force --json --plot --timing --step-overhead-s --nvml --no-nvml --gpu-index --seed --timeout -h --help" -- "$cur") ) ;;
             "fairserve profile show") COMPREPLY=( $(compgen -W "-w --workload --workers --json -h --help" -- "$cur") ) ;;
         esac
