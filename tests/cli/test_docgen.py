@@ -7,6 +7,7 @@ real shells where installed.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Annotated
 import pytest
 import typer
 
-from fairserve.commands.docgen import completion, man
+from fairserve.commands.docgen import completion, man, pages
 from fairserve.commands.docgen.tree import CommandDoc, build
 from tests.cli.conftest import complete_words
 
@@ -181,3 +182,30 @@ def test_zsh_and_fish_name_every_choice_and_subcommand(demo: CommandDoc) -> None
     assert "'(-p --policy)'{-p,--policy}" in completion.zsh(demo)
     assert "Q^w: it\\'s [big]." in completion.fish(demo)
     assert "Q^w: it'\\''s \\[big\\]." in completion.zsh(demo)
+
+
+@pytest.mark.parametrize(
+    "example", [cmd for examples in pages.EXAMPLES.values() for cmd, _ in examples]
+)
+def test_every_man_page_example_names_only_real_options(example: str) -> None:
+    """An example with ``--help`` appended parses: every option in it exists (click stops
+    at the first unknown option with a usage error, exit 2)."""
+    from typer.testing import CliRunner
+
+    from fairserve.commands.app import app
+
+    words = shlex.split(example)
+    assert words[0] == "fairserve"
+    result = CliRunner().invoke(app, [*words[1:], "--help"])
+    assert result.exit_code == 0, (example, result.output)
+
+
+def test_command_pages_have_examples_and_files() -> None:
+    from fairserve.commands.docgen import generate
+
+    files = generate()
+    for command_line in pages.EXAMPLES:
+        page = files[f"man/{command_line.replace(' ', '-')}.1"]
+        assert ".SH EXAMPLES" in page, command_line
+    assert ".SH FILES" in files["man/fairserve-launch.1"]
+    assert "run.json" in files["man/fairserve-status.1"]

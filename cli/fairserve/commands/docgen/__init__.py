@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import fairserve
-from fairserve.commands.docgen import completion, man
+from fairserve.commands.docgen import completion, man, pages
 from fairserve.commands.docgen.man import Section
 from fairserve.commands.docgen.tree import CommandDoc, build
 
@@ -63,7 +63,7 @@ def generate() -> dict[str, str]:
     }
     files: dict[str, str] = {}
     for cmd in root.walk():
-        extra = EXTRA_SECTIONS.get(cmd.command_line, tuple)()
+        extra = EXTRA_SECTIONS.get(cmd.command_line, tuple)() + pages.sections(cmd.command_line)
         files[f"man/{cmd.page_name}.1"] = man.render(
             cmd, version=fairserve.__version__, parent=parents.get(cmd.path), extra=extra
         )
