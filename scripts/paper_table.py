@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Regenerate the paper-vs-simulator table, docs/paper-table.md.
+
+    python scripts/paper_table.py          # every row (several minutes on 2 cores)
+    python scripts/paper_table.py --fast   # the rows CI runs (tests/docs/test_paper_table.py)
+    python scripts/paper_table.py --out -  # print instead of writing
+
+One row per published result of VTC, DLPM, DoubleQ, Justitia and the throughput-optimal
+batching paper: the paper's figure, its number, ours, their ratio and whether it holds. A
+result holds when it points the same way as the paper's and, where the paper gives a ratio
+as its finding (not an "up to" maximum), ours is within 15% of it; a row that does not hold
+says why. Every run is seeded and deterministic: the same checkout gives the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "docs" / "paper-table.md"
+RATIO_TOLERANCE = 0.15
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published result against the simulator's."""
+
+    paper: str
+    figure: str
+    claim: str
+    paper_value: float
+    ours: float
+    holds: bool
+    exact: bool = False
+    """The paper states this value as its finding (ratio must be within 15%), rather than
+    a bound or an "up to" maximum (direction only)."""
+    why_not: str = ""
+    setting: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.paper_value if self.paper_value else float("nan")
+
+
+def direction_row(
+    paper: str, figure: str, claim: str, paper_value: float, ours: float, ok: bool, **kw: Any
+) -> Row:
+    return Row(paper, figure, claim, paper_value, ours, ok, **kw)
+
+
+def ratio_row(
+    paper: str, figure: str, claim: str, paper_value: float, ours: float, ok: bool, **kw: Any
+) -> Row:
+    """Holds when it points the paper's way (``ok``) and is within 15% of its value."""
+    close = abs(ours / paper_value - 1) <= RATIO_TOLERANCE
+    return Row(paper, figure, claim, paper_value, ours, ok and close, exact=True, **kw)
+
+
+# ------------------------------------------------------------------ simulations
+
+
+def simulate(
+    workload: Any,
+    policy: str,
+    dispatch: str = "round-robin",
+    *,
+    workers: int = 1,
+    profile: str | None = None,
+    kv_capacity_tokens: int | None = None,
+    batching: str = "sarathi",
+    drain: bool = False,
+    duration_s: float | None = None,
+    **extra: Any,
+) -> tuple[dict[str, Any], Any]:
+    """One seeded run: (the DESIGN §7 report, the finished ClusterSim)."""
+    from fairserve.sim.cluster import ClusterSim, SimConfig
+    from fairserve.sim.engine import EngineConfig
+    from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
+    from fairserve.sim.report import build_report
+
+    prof = resolve_profile(profile or DEFAULT_PROFILE)
+    engine = EngineConfig(
+        kv_capacity_tokens=kv_capacity_tokens or prof.kv_capacity_tokens,
+        max_batch_tokens=prof.max_batch_tokens,
+        max_running_requests=prof.max_running_requests,
+        batching=batching,
+    )
+    config = SimConfig(
+        engine=engine,
+        time_model=prof.batch_time(),
+        policy=policy,
+        dispatch=dispatch,
+        workers=workers,
+        drain=drain,
+        duration_s=duration_s,
+        **extra,
+    )
+    sim = ClusterSim(workload, config)
+    return build_report(sim.run()), sim
+
+
+def builtin(name: str) -> Any:
+    from fairserve.workloads import load_builtin
+
+    return load_builtin(name)
+
+
+def workload_text(text: str) -> Any:
+    from fairserve.workloads import loads_workload
+
+    return loads_workload(text, "<paper_table>")
+
+
+# ------------------------------------------------------------------ VTC
+
+
+def vtc_rows() -> list[Row]:
+    """VTC §5.2 (Fig. 3, constant overload): two clients at 1:2 rates, both above their
+    share, get equal service; FCFS serves them in proportion to their rates."""
+    workload = builtin("vtc-constant")
+    vtc, _ = simulate(workload, "vtc", duration_s=60)
+    fcfs, _ = simulate(workload, "fcfs", duration_s=60)
+
+    def ratio(report: dict[str, Any]) -> float:
+        clients = report["clients"]
+        return float(clients["client1"]["service"] / clients["client2"]["service"])
+
+    setting = "vtc-constant, 60 s, 1 worker, a100-llama-3-8b, seed 1"
+    return [
+        ratio_row("VTC", "Fig. 3", "service ratio client1:client2 under VTC", 1.0,
+                  ratio(vtc), True, setting=setting),
+        ratio_row("VTC", "Fig. 3", "service ratio client1:client2 under FCFS (= rates)", 0.5,
+                  ratio(fcfs), True, setting=setting),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ throughput-optimal
+
+
+def stability_rows() -> list[Row]:
+    """Throughput-optimal batching (§4-5): at 0.9 of capacity the work-conserving
+    disciplines (Sarathi, Orca) keep the queue bounded; FasterTransformer and vLLM-v0 do not."""
+    from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
+
+    rate = 0.9 * resolve_profile(DEFAULT_PROFILE).capacity_tokens_per_s / 600
+    workload = workload_text(
+        f'name = "stability"\nduration_s = 120\nseed = 1\n\n[[clients]]\nname = "a"\n'
+        f'arrival = "poisson"\nrate_per_s = {rate}\ninput_tokens = 500\noutput_tokens = 100\n'
+    )
+    rows = []
+    setting = "one client at 0.9 of capacity (500 in / 100 out), 120 s, fcfs, seed 1"
+    for batching, stable in (
+        ("sarathi", True),
+        ("orca", True),
+        ("fastertransformer", False),
+        ("vllm-v0", False),
+    ):
+        queue = simulate(workload, "fcfs", batching=batching)[0]["queue"]
+        first, second = queue["first_half_mean"], queue["second_half_mean"]
+        growth = second / max(first, 1.0)
+        ours_stable = second <= first + 10 and queue["max"] < 100  # a few requests of noise
+        why = ""
+        if batching == "vllm-v0" and ours_stable:
+            why = (
+                "the engine model bounds vLLM-v0's batch below capacity but does not model "
+                "what makes it unstable in the paper (issue 17 item 5, open)"
+            )
+        rows.append(
+            direction_row(
+                "Throughput-optimal", "Thm 4.1 / Fig. 4",
+                f"{batching}: queue, 2nd/1st half mean ({'bounded' if stable else 'grows'})",
+                1.0 if stable else 2.0, growth, ours_stable == stable, why_not=why,
+                setting=setting,
+            )
+        )  # fmt: skip
+    return rows
+
+
+# ------------------------------------------------------------------ Justitia
+
+
+def justitia_rows() -> list[Row]:
+    """Justitia §V (Figs. 8, 10, Thm 1) on the built-in justitia-mix (300 applications,
+    3x intensity), one worker with an A100-40GB's KV pool, until every application ended."""
+    workload = builtin("justitia-mix")
+    runs = {}
+    for policy in ("justitia", "vtc"):
+        _, sim = simulate(
+            workload, policy, profile="a100-llama-2-7b", kv_capacity_tokens=45_000, drain=True
+        )
+        runs[policy] = sim
+    jct = {p: {r.app: r.completion_s for r in s.program_records} for p, s in runs.items()}
+    mean = {p: sum(v.values()) / len(v) for p, v in jct.items()}
+    no_later = sum(1 for a, t in jct["justitia"].items() if t <= jct["vtc"][a]) / len(jct["vtc"])
+    delay = runs["justitia"].engines[0].policy.snapshot()["delay"]
+    setting = "justitia-mix, 1 worker, a100-llama-2-7b with 45,000 KV tokens, oracle, seed 1"
+    return [
+        ratio_row("Justitia", "Fig. 8", "average completion time, Justitia / VTC", 0.425,
+                  mean["justitia"] / mean["vtc"], mean["justitia"] < mean["vtc"],
+                  setting=setting),
+        ratio_row("Justitia", "Fig. 10", "applications finishing no later than under VTC",
+                  0.92, no_later, no_later >= 0.85, setting=setting),
+        direction_row("Justitia", "Thm 1", "max delay vs GPS / bound 2·c_max + C_max/M",
+                      1.0, delay["max_delay_iterations"] / delay["bound_iterations"],
+                      delay["max_delay_iterations"] <= delay["bound_iterations"],
+                      setting=setting),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ DLPM
+
+
+def dlpm_rows() -> list[Row]:
+    """DLPM (§6, Fig. 1/7, one worker): on a prefix-heavy workload with a misbehaving client,
+    DLPM keeps LPM's throughput with VTC-like fairness; above VTC's throughput."""
+    text = ['name = "dlpm-long-qa"\nduration_s = 60\nseed = 1\n']
+    for name, rate in [*((f"good{i}", 8) for i in range(4)), ("bad", 60)]:
+        text.append(
+            f'[[clients]]\nname = "{name}"\nprogram = "long-qa"\narrival = "poisson"\n'
+            f"rate_per_s = {rate}\nshared_prefix_tokens = 2800\ninput_tokens = 200\n"
+            f"output_tokens = 30\n"
+        )
+    workload = workload_text("\n".join(text))
+    quanta: dict[str, dict[str, Any]] = {"lpm": {}, "vtc": {}, "dlpm": {"quantum": 64_000}}
+    reports = {
+        p: simulate(workload, p, kv_capacity_tokens=20_000, **q)[0] for p, q in quanta.items()
+    }
+    tput = {p: r["throughput"]["tokens_per_s"] for p, r in reports.items()}
+    jain = {p: r["jain_index"] for p, r in reports.items()}
+    setting = "long-QA S1 (4 good + 1 bad at 7.5x), 60 s, 1 worker, 20,000 KV tokens, seed 1"
+    return [
+        direction_row("DLPM", "Fig. 7", "throughput DLPM / VTC (paper: up to 2.87x)", 2.87,
+                      tput["dlpm"] / tput["vtc"], tput["dlpm"] > tput["vtc"], setting=setting),
+        direction_row("DLPM", "Fig. 1", "throughput DLPM / LPM (>= 0.95)", 1.0,
+                      tput["dlpm"] / tput["lpm"], tput["dlpm"] >= 0.95 * tput["lpm"],
+                      setting=setting),
+        direction_row("DLPM", "Fig. 1", "Jain index DLPM (>= 0.9; VTC's is the best)", 0.9,
+                      jain["dlpm"], jain["dlpm"] >= 0.9, setting=setting),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ DoubleQ
+
+DOUBLEQ_PROFILE = "a10g-llama-3.2-3b"
+DOUBLEQ_WORKERS = 4
+MISBEHAVING = ("long-qa-s1", "long-qa-s2", "tot-s1", "tot-s2", "judge")
+CLOSE_TO_CACHE_AWARE = (
+    "within 1%: both keep the same documents cached (hit rate 0.596 against 0.598); the "
+    "paper's margin is not reproduced"
+)
+LOCAL_NOT_DISPATCH = {
+    "long-qa-s2": "at every Q^w measured, 2^11 to inf, DoubleQ+DLPM's good-client p99 stays "
+    "above cache-aware+LPM's (2.8x at 2^11, 1.2x from 2^20 up): not the dispatch's doing alone "
+    "(open)"
+}
+
+
+def good_p99_s(report: dict[str, Any]) -> float:
+    return max(
+        float(c["latency_p99_s"])
+        for n, c in report["clients"].items()
+        if n.startswith("good") and c["latency_p99_s"] is not None
+    )
+
+
+def doubleq_runs(name: str) -> dict[str, dict[str, Any]]:
+    workload = builtin(name)
+    pairs = {
+        "doubleq": ("dlpm", "doubleq"),
+        "cache-aware": ("lpm", "cache-aware"),
+        "rr-lpm": ("lpm", "round-robin"),
+        "vtc-client-rr": ("vtc", "client-rr"),
+    }
+    return {
+        k: simulate(workload, p, d, workers=DOUBLEQ_WORKERS, profile=DOUBLEQ_PROFILE)[0]
+        for k, (p, d) in pairs.items()
+    }
+
+
+def doubleq_rows() -> list[Row]:
+    """DoubleQ §6 (Fig. 7), 4 workers (the paper's 4 x A10G testbed, 3B model), DoubleQ at
+    its defaults against the baselines on every misbehaving-client scenario."""
+    rows = []
+    vs_cache, vs_rr = [], []
+    setting = f"{{}}, 300 s, {DOUBLEQ_WORKERS} workers, {DOUBLEQ_PROFILE}, seed 1"
+    for name in MISBEHAVING:
+        runs = doubleq_runs(name)
+        tput = {k: r["throughput"]["service_per_s"] for k, r in runs.items()}
+        p99 = {k: good_p99_s(r) for k, r in runs.items()}
+        vs_cache.append(p99["cache-aware"] / p99["doubleq"])
+        vs_rr.append(p99["rr-lpm"] / p99["doubleq"])
+        if name == "long-qa-s1":
+            rows.append(
+                direction_row(
+                    "DoubleQ",
+                    "Fig. 7",
+                    "long-QA S1 throughput DoubleQ / cache-aware (>= 1)",
+                    1.0,
+                    tput["doubleq"] / tput["cache-aware"],
+                    tput["doubleq"] >= tput["cache-aware"],
+                    why_not=CLOSE_TO_CACHE_AWARE,
+                    setting=setting.format(name),
+                )
+            )
+            rows.append(
+                direction_row(
+                    "DoubleQ",
+                    "Fig. 7",
+                    "long-QA S1 throughput DoubleQ / VTC+client-rr (>= 2)",
+                    2.0,
+                    tput["doubleq"] / tput["vtc-client-rr"],
+                    tput["doubleq"] >= 2 * tput["vtc-client-rr"],
+                    setting=setting.format(name),
+                )
+            )
+        rows.append(
+            direction_row(
+                "DoubleQ",
+                "Fig. 7",
+                f"{name}: good clients' p99, cache-aware / DoubleQ (> 1)",
+                1.0,
+                vs_cache[-1],
+                vs_cache[-1] > 1,
+                why_not=LOCAL_NOT_DISPATCH.get(name, ""),
+                setting=setting.format(name),
+            )
+        )
+        rows.append(
+            direction_row(
+                "DoubleQ",
+                "Fig. 7",
+                f"{name}: good clients' p99, RR+LPM / DoubleQ (> 1)",
+                1.0,
+                vs_rr[-1],
+                vs_rr[-1] > 1,
+                setting=setting.format(name),
+            )
+        )
+    mean_cache, mean_rr = sum(vs_cache) / len(vs_cache), sum(vs_rr) / len(vs_rr)
+    why = "the paper averages mean latency over its 8 scenarios and up to 8 A100s; we use p99"
+    all_five = setting.format("all five scenarios")
+    rows.append(
+        ratio_row(
+            "DoubleQ",
+            "§6.2",
+            "average good-client latency gain vs cache-aware (Preble)",
+            2.90,
+            mean_cache,
+            mean_cache >= 2,
+            why_not=why,
+            setting=all_five,
+        )
+    )
+    rows.append(ratio_row(
+        "DoubleQ", "§6.2", "average good-client latency gain vs RR+LPM", 4.06, mean_rr,
+        mean_rr >= 2, why_not=why, setting=all_five))  # fmt: skip
+    return rows
+
+
+# ------------------------------------------------------------------ table
+
+CHECKS: dict[str, Callable[[], list[Row]]] = {
+    "vtc": vtc_rows,
+    "throughput-optimal": stability_rows,
+    "justitia": justitia_rows,
+    "dlpm": dlpm_rows,
+    "doubleq": doubleq_rows,
+}
+FAST = ("vtc", "throughput-optimal", "justitia")
+"""What CI regenerates on every run (the rest takes minutes on 2 cores)."""
+
+
+def rows_for(names: tuple[str, ...]) -> list[Row]:
+    rows: list[Row] = []
+    for name in names:
+        rows.extend(CHECKS[name]())
+    return rows
+
+
+def _number(value: float) -> str:
+    if value != value:  # NaN
+        return "-"
+    return f"{value:.3g}"
+
+
+def markdown(rows: list[Row], command: str) -> str:
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}"
+    )
+    lines = [
+        "# Paper results against the simulator",
+        "",
+        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({machine}; no GPU:",
+        "every number is the simulator's). Seeds: every workload's own (`seed = 1`); runs are",
+        "deterministic. *holds*: same direction as the paper, and within 15% of its value where",
+        "the paper states a value as its finding (ratio column); otherwise the row says why not.",
+        "",
+        "| paper | figure | result | paper | ours | ratio | holds? | setting |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        verdict = "yes" if r.holds else f"no: {r.why_not or 'see the setting'}"
+        ratio = _number(r.ratio) if r.exact else "-"
+        lines.append(
+            f"| {r.paper} | {r.figure} | {r.claim} | {_number(r.paper_value)} | "
+            f"{_number(r.ours)} | {ratio} | {verdict} | {r.setting} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--fast", action="store_true", help="only the rows CI runs")
+    parser.add_argument("--only", choices=sorted(CHECKS), action="append", help="these papers")
+    parser.add_argument("--out", default=str(OUT), help="file to write, or - for stdout")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO / "cli"))  # this checkout's fairserve
+    names = tuple(args.only) if args.only else FAST if args.fast else tuple(CHECKS)
+    rows = rows_for(names)
+    command = "python scripts/paper_table.py" + (" --fast" if args.fast else "")
+    text = markdown(rows, command)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
+    failing = [r for r in rows if not r.holds and not r.why_not]
+    for r in failing:
+        print(f"does not hold: {r.paper} {r.figure} {r.claim}", file=sys.stderr)
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
