@@ -104,3 +104,17 @@ def test_committed_completions_complete_the_cli(shell: str, script: str) -> None
     text = (REPO / "completions" / script).read_text(encoding="utf-8")
     assert complete_words(shell, text, "fairserve", "po") == ["policies"]
     assert complete_words(shell, text, "fairserve", "policies", "--j") == ["--json"]
+
+
+def test_workloads_and_profiles_complete_by_name_and_as_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (REPO / "completions" / "fairserve.bash").read_text(encoding="utf-8")
+    (tmp_path / "vtc-mine.toml").write_text("", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    offered = complete_words("bash", text, "fairserve", "simulate", "--workload", "vtc-")
+    assert "vtc-constant" in offered and "vtc-mine.toml" in offered
+    profiles = complete_words("bash", text, "fairserve", "launch", "--profile", "a100")
+    assert "a100-llama-3-8b" in profiles
+    clients = complete_words("bash", text, "fairserve", "router", "--clients", "vtc")
+    assert clients == ["vtc-mine.toml"], "a file argument completes files"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands import options as opts
 from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed
 from fairserve.commands.output import Output
 from fairserve.core.errors import FairserveError
@@ -52,6 +53,8 @@ def bench(
         typer.Option(
             "--workload",
             "-w",
+            metavar="NAME|FILE",
+            autocompletion=opts.complete_workload,
             help="Built-in workload name (see fairserve simulate --list-workloads), a "
             "workload TOML file or a trace (.jsonl).",
             show_default=False,

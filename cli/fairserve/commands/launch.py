@@ -82,7 +82,12 @@ def launch(
     ] = None,
     profile: Annotated[
         str | None,
-        typer.Option("--profile", help="Sim workers' batch-time profile: a name or a TOML file."),
+        typer.Option(
+            "--profile",
+            metavar="NAME|FILE",
+            autocompletion=opts.complete_profile,
+            help="Sim workers' batch-time profile: a name or a TOML file.",
+        ),
     ] = None,
     clients: Annotated[
         str | None,

@@ -27,6 +27,23 @@ from fairserve.router.config import DEFAULT_QUEUE_CAP as DEFAULT_QUEUE_CAP
 from fairserve.router.config import DEFAULT_REQUEST_TIMEOUT_S as DEFAULT_REQUEST_TIMEOUT_S
 from fairserve.router.config import DEFAULT_STALL_TIMEOUT_S as DEFAULT_STALL_TIMEOUT_S
 
+
+def complete_workload(incomplete: str) -> list[str]:
+    """Built-in workload names (shell completion and the generated scripts)."""
+    from fairserve.workloads.catalog import builtin_names
+
+    return [name for name in builtin_names() if name.startswith(incomplete)]
+
+
+def complete_profile(incomplete: str) -> list[str]:
+    """The shipped profile names (the generated completions must not depend on what one
+    machine has in its data directory)."""
+    from fairserve.sim.profile import REPO_PROFILES_DIR
+
+    names = sorted(path.stem for path in REPO_PROFILES_DIR.glob("*.toml"))
+    return [name for name in names if name.startswith(incomplete)]
+
+
 ReportJson = Annotated[bool, typer.Option("--json", help="Print one JSON report object.")]
 """``--json`` of the commands that print a DESIGN §7 report (simulate, bench)."""
 

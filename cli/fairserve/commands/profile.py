@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands import options as opts
 from fairserve.commands.output import Output
 from fairserve.core.errors import ConfigError, FairserveError
 
@@ -230,6 +231,8 @@ def show(
             "--workload",
             "-w",
             help="Built-in workload name or workload file: check the stability bound.",
+            metavar="NAME|FILE",
+            autocompletion=opts.complete_workload,
             show_default=False,
         ),
     ] = None,

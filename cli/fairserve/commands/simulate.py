@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands import options as opts
 from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed, registry_option
 from fairserve.commands.output import Output
 from fairserve.core.errors import ConfigError
@@ -42,6 +43,8 @@ def simulate(
             "--workload",
             "-w",
             help="Built-in workload name (see --list-workloads) or a workload TOML file.",
+            metavar="NAME|FILE",
+            autocompletion=opts.complete_workload,
             show_default=False,
         ),
     ] = None,
@@ -71,7 +74,12 @@ def simulate(
         ),
     ] = None,
     profile: Annotated[
-        str, typer.Option(help="Batch-time profile: a name in profiles/ or a profile TOML file.")
+        str,
+        typer.Option(
+            metavar="NAME|FILE",
+            autocompletion=opts.complete_profile,
+            help="Batch-time profile: a name in profiles/ or a profile TOML file.",
+        ),
     ] = DEFAULT_PROFILE,
     batching: Annotated[
         str,

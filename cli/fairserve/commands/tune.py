@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands import options as opts
 from fairserve.commands.errors import ExitCode
 from fairserve.commands.options import WorkloadSeed, registry_option
 from fairserve.commands.output import Output
@@ -103,7 +104,14 @@ def quantum(
         Path | None, _opt(SWEEP, "--trace", "A recorded trace to replay.", dir_okay=False)
     ] = None,
     workload: Annotated[
-        str | None, _opt(SWEEP, "--workload", "A built-in workload or a workload file.")
+        str | None,
+        _opt(
+            SWEEP,
+            "--workload",
+            "A built-in workload or a workload file.",
+            "NAME|FILE",
+            autocompletion=opts.complete_workload,
+        ),
     ] = None,
     grid: Annotated[
         str | None, _opt(SWEEP, "--grid", "Q^u values (default 128..524288, x4).", "Q,...")
@@ -115,7 +123,15 @@ def quantum(
     dispatch: Annotated[str, _sweep_registry("dispatcher", "Dispatcher of the sweep.")] = "doubleq",
     workers: Annotated[int, _opt(SWEEP, "--workers", "Simulated workers.", shown=True, min=1)] = 2,
     profile: Annotated[
-        str, _opt(SWEEP, "--profile", "Batch-time profile (name or file).", shown=True)
+        str,
+        _opt(
+            SWEEP,
+            "--profile",
+            "Batch-time profile (name or file).",
+            "NAME|FILE",
+            shown=True,
+            autocompletion=opts.complete_profile,
+        ),
     ] = DEFAULT_PROFILE,
     duration_s: Annotated[
         float | None, _opt(SWEEP, "--duration", "Simulated seconds per setting (default 60).")

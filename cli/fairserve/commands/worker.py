@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from fairserve.commands import options as opts
+
 if TYPE_CHECKING:
     from fairserve.worker.config import WorkerConfig
 
@@ -53,7 +55,12 @@ def worker(
     ] = None,
     profile: Annotated[
         str,
-        typer.Option("--profile", help="Batch-time profile: a shipped name or a TOML file."),
+        typer.Option(
+            "--profile",
+            metavar="NAME|FILE",
+            autocompletion=opts.complete_profile,
+            help="Batch-time profile: a shipped name or a TOML file.",
+        ),
     ] = DEFAULT_PROFILE,
     batching: Annotated[
         str,

@@ -80,6 +80,12 @@ def _bash_words(words: Iterable[str]) -> str:
 
 
 def _bash_values(param: ParamDoc) -> str:
+    if param.choices and param.is_path:  # a name or a file (workloads, profiles)
+        joined = " ".join(param.choices)
+        return (
+            "compopt -o filenames 2>/dev/null; "
+            f'COMPREPLY=( $(compgen -W "{joined}" -- "$cur") $(compgen -f -- "$cur") )'
+        )
     if param.choices:
         return _bash_words(param.choices)
     if param.is_path:
@@ -161,6 +167,9 @@ def _zsh_option(param: ParamDoc) -> str:
 
 
 def _zsh_action(param: ParamDoc) -> str:
+    if param.choices and param.is_path:
+        names = " ".join(param.choices)
+        return f"_alternative 'names:name:({names})' 'files:file:_files'"
     if param.choices:
         return "(" + " ".join(param.choices) + ")"
     if param.is_path:
@@ -242,7 +251,9 @@ def _fish_option(param: ParamDoc) -> str:
         else:
             parts.append(f"-o {flag[1:]}")
     if param.takes_value:
-        if param.choices:
+        if param.choices and param.is_path:
+            parts.append(f"-r -F -a {_fish_quote(' '.join(param.choices))}")
+        elif param.choices:
             parts.append(f"-x -a {_fish_quote(' '.join(param.choices))}")
         elif param.is_path:
             parts.append("-r -F")

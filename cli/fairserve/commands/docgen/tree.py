@@ -131,7 +131,9 @@ def _param_doc(param: Parameter, ctx: Context) -> ParamDoc | None:
         multiple=param.multiple or param.nargs == -1,
         choices=choices,
         is_path=bool(
-            getattr(descriptor, "is_path", False) or getattr(descriptor, "is_file", False)
+            getattr(descriptor, "is_path", False)
+            or getattr(descriptor, "is_file", False)
+            or "FILE" in (getattr(param, "metavar", None) or "")
         ),
         envvar=envvar,
     )
