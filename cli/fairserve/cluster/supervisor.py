@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -30,6 +31,7 @@ from fairserve.cluster.runfile import RunInfo, WorkerEntry
 from fairserve.cluster.workers import ManagedWorker, worker_env
 from fairserve.core.errors import FairserveError
 from fairserve.router.server import RouterServer
+from fairserve.router.state import snapshot
 
 WATCH_INTERVAL_S = 0.2
 WORKER_STOP_TIMEOUT_S = 10.0
@@ -137,6 +139,13 @@ class Supervisor:
         if self.info is not None:
             runfile.remove(owner_pid=self.info.supervisor_pid)
             self.info = None
+
+    def router_state(self) -> dict[str, Any] | None:
+        """The router's state document (what ``/fairserve/v1/state`` serves), read in
+        process for the live view; None before the router is up."""
+        if self.router is None:
+            return None
+        return snapshot(self.router.router, self.info.router_url if self.info else None)
 
     def worker_rows(self) -> list[tuple[str, str, str, int]]:
         """(name, url, state, restarts) for the live view."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -20,6 +21,39 @@ if TYPE_CHECKING:
 
 
 REDRAW_S = 1.0
+
+
+def traffic_line(state: Mapping[str, Any] | None) -> str:
+    """One line of what the service is doing now: requests in flight and done, errors,
+    tokens per second and fairness (weighted Jain over the state's window)."""
+    if state is None:
+        return "router starting"
+    clients = state.get("clients", {}).values()
+    done = sum(c.get("finished", 0) for c in clients)
+    errors = sum(c.get("failed", 0) + c.get("rejected", 0) for c in clients)
+    tokens_per_s = state.get("throughput", {}).get("tokens_per_s", 0.0)
+    fairness = state.get("fairness", {})
+    window_s = fairness.get("window_s", 60.0)
+    return (
+        f"in flight {state.get('router', {}).get('active_requests', 0)}  done {done}  "
+        f"errors {errors}  tokens/s {tokens_per_s:,.0f}  clients {state.get('clients_total', 0)}"
+        f"  Jain (weighted, {window_s:g} s) {fairness.get('jain_index', 1.0):.2f}"
+    )
+
+
+def worker_traffic(state: Mapping[str, Any] | None) -> dict[str, tuple[str, str, str, str]]:
+    """Worker URL → (health, requests done, failed answers, prompt + output tokens)."""
+    rows: dict[str, tuple[str, str, str, str]] = {}
+    for w in (state or {}).get("workers", []):
+        health = "up" if w.get("healthy") else "DOWN"
+        tokens = w.get("prompt_tokens", 0) + w.get("output_tokens", 0)
+        rows[w["url"]] = (
+            health,
+            str(w.get("finished", 0)),
+            str(w.get("failures", 0)),
+            f"{tokens:,}",
+        )
+    return rows
 
 
 class StatusView:
@@ -72,11 +106,15 @@ class StatusView:
             mode = auth_mode(cfg.clients, cfg.trust_identity_header)
             title += f"  policy {cfg.policy}  dispatch {cfg.dispatch}  identity {mode}"
             title += "  (Ctrl-C stops)"
-        table = Table(title=title, title_justify="left", box=None, padding=(0, 2))
-        for column in ("worker", "url", "state", "restarts"):
+        state = sup.router_state() if sup is not None else None
+        table = Table(
+            title=title, title_justify="left", box=None, padding=(0, 2), caption=traffic_line(state)
+        )
+        for column in ("worker", "url", "state", "restarts", "health", "done", "failed", "tokens"):
             table.add_column(column)
-        for name, url, state, restarts in sup.worker_rows() if sup is not None else []:
-            table.add_row(name, url, state, str(restarts))
+        routed = worker_traffic(state)
+        for name, url, process, restarts in sup.worker_rows() if sup is not None else []:
+            table.add_row(name, url, process, str(restarts), *routed.get(url, ("?", "-", "-", "-")))
         return table
 
     def __enter__(self) -> StatusView:
