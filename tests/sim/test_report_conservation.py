@@ -10,9 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
+from fairserve.sched.registry import dispatchers, local_policies
 from fairserve.sim.cluster import SimConfig, simulate
-from fairserve.sim.engine import EngineConfig
+from fairserve.sim.engine import BATCHING_DISCIPLINES, EngineConfig
 from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
 from fairserve.sim.report import build_report
 from fairserve.workloads import resolve_workload
@@ -65,3 +68,50 @@ def test_finished_unfinished_rejected_add_up_to_submitted(run: tuple[Any, ...]) 
         assert report["conservation"]["rejected"] > 0
     else:  # cut while busy: calls still open, some in a step that ends after the run
         assert report["conservation"]["unfinished"] > 0
+
+
+FAST_WORKLOADS = ["vtc-poisson-short-long", "long-qa-s1", "tot-s1", "multi-turn-chat", "judge"]
+
+
+# No shrinking: a failing run is printed as generated (shrinking simulations takes minutes).
+@settings(max_examples=20, phases=[Phase.explicit, Phase.generate])
+@given(
+    workload=st.sampled_from(FAST_WORKLOADS),
+    policy=st.sampled_from(local_policies()),
+    dispatch=st.sampled_from(dispatchers()),
+    batching=st.sampled_from(BATCHING_DISCIPLINES),
+    workers=st.integers(1, 3),
+    duration_s=st.floats(3.0, 25.0),
+    drain=st.booleans(),
+)
+def test_conservation_in_every_report(
+    workload: str,
+    policy: str,
+    dispatch: str,
+    batching: str,
+    workers: int,
+    duration_s: float,
+    drain: bool,
+) -> None:
+    profile = resolve_profile(DEFAULT_PROFILE)
+    engine = EngineConfig(
+        kv_capacity_tokens=profile.kv_capacity_tokens,
+        max_batch_tokens=profile.max_batch_tokens,
+        batching=batching,
+    )
+    config = SimConfig(
+        engine=engine,
+        time_model=profile.batch_time(),
+        policy=policy,
+        dispatch=dispatch,
+        workers=workers,
+        policy_params={"limit_per_min": 30} if policy == "rpm" else {},
+        duration_s=duration_s,
+        drain=drain,
+    )
+    report = build_report(simulate(resolve_workload(workload), config))
+    conservation = report["conservation"]
+    assert conservation["holds"], conservation
+    assert conservation["finished"] == sum(c["requests"] for c in report["clients"].values())
+    if drain:
+        assert conservation["unfinished"] == 0
