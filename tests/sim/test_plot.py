@@ -139,3 +139,19 @@ def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 def png_width(path: Path) -> int:
     """Width in pixels from the PNG header (IHDR follows the 8-byte signature)."""
     return int.from_bytes(path.read_bytes()[16:20], "big")
+
+
+def test_one_legend_names_every_client_and_runs_cut_short_say_so() -> None:
+    from dataclasses import replace
+
+    from fairserve.sim.plot import build_figure
+
+    first = make_result({"a": 10.0, "b": 30.0})
+    second = replace(make_result({"c": 5.0}), unfinished={"c": 4})
+    figure = build_figure([("x", first), ("y", second)], arrivals_end_s=8.0)
+    (legend,) = figure.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "b", "c"]
+    titles = [ax.get_title() for ax in figure.axes[:2]]
+    assert titles == ["x", "y\n4 still open at the end"]
+    dashed = [line for ax in figure.axes for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 4, "the end of arrivals is marked in every panel"

@@ -197,7 +197,8 @@ def _finish(result: BenchResult, out: Output, plot: Path | None) -> None:
         from fairserve.sim.plot import plot_runs
 
         title = f"{result.workload} against {result.url}"
-        plot_runs([(f"{result.api} API", to_sim_result(result))], plot, title=title)
+        runs = [(f"{result.api} API", to_sim_result(result))]
+        plot_runs(runs, plot, title=title, arrivals_end_s=result.duration_s)
         out.note(f"plot written to {plot}")
     _check_outcome(result)
 

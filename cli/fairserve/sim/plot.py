@@ -25,6 +25,7 @@ from fairserve.sim.recorder import SimResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -134,14 +135,35 @@ def latency_trend(
     return out
 
 
-def plot_runs(runs: Sequence[tuple[str, SimResult]], path: Path, title: str | None = None) -> Path:
+def plot_runs(
+    runs: Sequence[tuple[str, SimResult]],
+    path: Path,
+    title: str | None = None,
+    arrivals_end_s: float | None = None,
+) -> Path:
     """Write a PNG (or any format matplotlib's Agg canvas writes) of ``runs``; returns path.
 
     The Agg canvas is used directly (no pyplot): no GUI backend, no global figure state.
+    One legend for the whole figure names every client of every run (colours are shared
+    across columns). A run that ended with requests still open says so in its title, and
+    ``arrivals_end_s`` (a bench's ``--duration``) is drawn as a dashed line: what follows it
+    is the drain, not the offered load.
     """
+    figure = build_figure(runs, title, arrivals_end_s)
+    figure.savefig(path)
+    return path
+
+
+def build_figure(
+    runs: Sequence[tuple[str, SimResult]],
+    title: str | None = None,
+    arrivals_end_s: float | None = None,
+) -> Figure:
+    """The figure :func:`plot_runs` writes (tests read its legend and titles)."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     if not runs:
         raise ConfigError("nothing to plot: no runs")
@@ -157,19 +179,35 @@ def plot_runs(runs: Sequence[tuple[str, SimResult]], path: Path, title: str | No
         _lines(latency_ax, latency_trend(result), colors)
         for client, series in latency_points(result).items():
             latency_ax.scatter(series.t_s, series.values, s=4, color=colors[client], alpha=0.35)
-        rate_ax.set_title(label)
+        open_requests = sum(result.unfinished.values())
+        rate_ax.set_title(
+            f"{label}\n{open_requests} still open at the end" if open_requests else label
+        )
         latency_ax.set_xlabel("time (s)")
+        if arrivals_end_s is not None:
+            for ax in (rate_ax, latency_ax):
+                ax.axvline(arrivals_end_s, color="0.4", linestyle="--", linewidth=0.8)
+            rate_ax.annotate(
+                "arrivals stop",
+                (arrivals_end_s, 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize="x-small",
+                ha="right",
+                va="top",
+                rotation=90,
+                color="0.4",
+            )
     for ax in axes.flat:  # after drawing: a bottom-only limit freezes the top too
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("service rate (service/s)")
     axes[1][0].set_ylabel("response time (s) by arrival, finished requests")
     if len(clients) <= 12:
-        axes[0][0].legend(loc="best", fontsize="small")
+        handles = [Line2D([], [], color=colors[c], label=c) for c in clients]
+        figure.legend(handles=handles, loc="outside right upper", fontsize="small")
     if title:
         figure.suptitle(title)
-    figure.savefig(path)
-    return path
+    return figure
 
 
 def _lines(ax: Axes, lines: dict[str, Series], colors: dict[str, str]) -> None:
