@@ -282,7 +282,7 @@ class MemoryPatience:
     ``2·max(w_p·L_input, w_q·M) + patience·w_p·M`` in the worst case, and measured within
     the theorem's own ``2·max(w_p·L_input, w_q·M)`` on memory-bound mixed-size workloads
     with the default patience (``tests/sched/test_local_memory_bound.py``; pure skipping
-    reached 2.6x that bound there).
+    reached up to 4.4x that bound there).
 
     ``patience=0`` is Algorithm 2 exactly; a huge value is pure skipping. Policies call
     :meth:`decided` once per decision and read :attr:`hold` before it (Justitia and other
