@@ -28,7 +28,7 @@ POLICIES: dict[str, dict[str, Any]] = {
     "lcf": {"memory_patience": 10**9},
     "dlpm": {"fill_patience": 10**9},
     "rpm": {"limit_per_min": 100_000},
-    "justitia": {"hol_blocking": False},  # the paper's vLLM admission waits
+    "justitia": {"memory_patience": 10**9},  # the paper's vLLM admission waits (0)
 }
 WITH_QUANTUM = {"dlpm"}
 

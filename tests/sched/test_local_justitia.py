@@ -194,14 +194,14 @@ def test_steps_clock_counts_the_engine_iterations() -> None:
     assert policy.vtime == pytest.approx(3 * 100 / 2)  # two applications active in GPS
 
 
-def test_hol_blocking_stops_at_the_first_call_that_does_not_fit() -> None:
+def test_admission_waits_for_the_first_call_that_does_not_fit() -> None:
     policy = Justitia(kv_capacity_tokens=100)
     big = app_request("big", "A", 1, meta={"app_cost": 10.0})
     small = app_request("small", "B", 1, meta={"app_cost": 20.0})
     for req in (big, small):
         policy.on_arrival(req, 0.0)
     assert policy.select([big, small], lambda r: r is small, lambda r: 0, 0.0) == []
-    skipping = Justitia(kv_capacity_tokens=100, hol_blocking=False)
+    skipping = Justitia(kv_capacity_tokens=100, memory_patience=3)
     for req in (big, small):
         skipping.on_arrival(req, 0.0)
     assert skipping.select([big, small], lambda r: r is small, lambda r: 0, 0.0) == [small]

@@ -17,10 +17,11 @@ queuing:
   ``F_j = V(a_j) + C_j`` once (eq. 3); it stays active in GPS until ``V`` reaches ``F_j``.
 * Waiting requests are admitted in ascending ``F_j`` of their application (ties by
   arrival), non-preemptively. As in the paper's vLLM scheduler, admission stops at the
-  first call that does not fit (``hol_blocking``): skipping it would let later, lower
-  priority calls take the memory it waits for, again and again (measured on the paper's
-  mix: 83% instead of 90% of applications no later than under VTC, and 1.8x the average
-  completion time). ``hol_blocking = false`` skips it and tries the rest.
+  first call that does not fit (``memory_patience = 0``, the shared
+  :class:`~fairserve.sched.local.base.MemoryPatience` at its strictest): skipping it would
+  let later, lower priority calls take the memory it waits for, again and again (measured
+  on the paper's mix: 83% instead of 90% of applications no later than under VTC, and 1.8x
+  the average completion time). A larger patience skips it for that many decisions.
 
 Weights generalise it to weighted fair queuing: the application of a client with weight
 ``w`` finishes at ``V + C_j / w`` and counts ``w`` in ``N_t``.
@@ -55,7 +56,7 @@ from typing import Any
 from fairserve.core.cost import KVTokenTimeCost
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
-from fairserve.sched.local.base import CanFit, LocalPolicy, MatchLen, register_local
+from fairserve.sched.local.base import LocalPolicy, MatchLen, register_local
 from fairserve.sched.local.predictor import (
     DemandPredictor,
     MovingAveragePredictor,
@@ -111,11 +112,12 @@ PARAMS = (
         exclusive_minimum=True,
     ),
     Param(
-        "hol_blocking",
-        bool,
-        True,
-        "stop admitting at the first call (in priority order) that does not fit, as the "
-        "paper's vLLM scheduler does; false: skip it and try the rest",
+        "memory_patience",
+        int,
+        0,
+        "decisions in a row the first call (in priority order) that does not fit may be "
+        "bypassed before admissions wait for it (0: the paper's vLLM admission, never)",
+        minimum=0,
     ),
     Param(
         "app_idle_s",
@@ -309,21 +311,6 @@ class Justitia(LocalPolicy):
         else:
             app.gps_finish_iteration = self.iterations
         return app
-
-    def select(
-        self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
-    ) -> list[Request]:
-        """Priority order; with ``hol_blocking`` the first call that does not fit stops the
-        admissions (its memory is the next that frees), else the generic skipping loop."""
-        if not self.p["hol_blocking"]:
-            return super().select(waiting, can_fit, match_len, now_s)
-        admitted: list[Request] = []
-        for req in self.order(waiting, match_len):
-            if not can_fit(req):
-                break
-            self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
-            admitted.append(req)
-        return admitted
 
     def order(self, waiting: Sequence[Request], match_len: MatchLen) -> list[Request]:
         """Ascending virtual finish of the request's application, then arrival."""
