@@ -15,7 +15,7 @@ from fairserve.sched.local.base import LocalPolicy
 from fairserve.sim.kvpool import KVPool, Slot
 
 if TYPE_CHECKING:
-    from fairserve.sim.engine import EngineConfig, EngineStats
+    from fairserve.sim.engine_types import EngineConfig, EngineStats
 
 
 class Batch:

@@ -28,7 +28,7 @@ from fairserve.sim.batching import Batch
 from fairserve.sim.kvpool import KVPool, Slot
 
 if TYPE_CHECKING:
-    from fairserve.sim.engine import EngineConfig, EngineStats, StepResult
+    from fairserve.sim.engine_types import EngineConfig, EngineStats, StepResult
 
 
 class DecodeBook:
