@@ -6,56 +6,89 @@ from hand-written lists.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Generic, TypeVar
 
 from fairserve.core.cost import CostModel
 from fairserve.core.errors import ConfigError
+from fairserve.sched.dispatch import (
+    cache_aware,
+    client_rr,
+    doubleq,
+    least_load,
+    round_robin,
+)
 from fairserve.sched.dispatch.base import Dispatcher, dispatcher_class, dispatcher_names
+from fairserve.sched.local import dlpm, fcfs, justitia, lpm, rpm, vtc
 from fairserve.sched.local.base import LocalPolicy, local_policy_class, local_policy_names
 from fairserve.sched.params import Param
 
-LOCAL_MODULES = ("fcfs", "lpm", "vtc", "dlpm", "rpm", "justitia")
-DISPATCH_MODULES = ("round_robin", "least_load", "cache_aware", "client_rr", "doubleq")
+T = TypeVar("T", LocalPolicy, Dispatcher)
 
-_loaded = False
+
+@dataclass(frozen=True)
+class Registry(Generic[T]):
+    """One family of named implementations (local policies or dispatchers).
+
+    The implementation modules are imported above, statically, so that importing this
+    module registers every class and static tools see every implementation; ``modules``
+    gives the canonical order, which must not depend on which test or command imported a
+    module first."""
+
+    kind: str
+    """How messages name a member ("policy", "dispatcher")."""
+    modules: tuple[ModuleType, ...]
+    lookup: Callable[[str], type[T]]
+    registered: Callable[[], list[str]]
+
+    def names(self) -> list[str]:
+        """Registered names in canonical order (module order, then registration)."""
+        order = [m.__name__ for m in self.modules]
+
+        def rank(item: tuple[int, str]) -> tuple[int, int]:
+            module = self.lookup(item[1]).__module__
+            return (order.index(module) if module in order else len(order), item[0])
+
+        return [name for _, name in sorted(enumerate(self.registered()), key=rank)]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every member with description and parameters (JSON-able), in canonical order."""
+        return [_describe(self.lookup(name)) for name in self.names()]
+
+    def declared_params(self) -> dict[str, tuple[str, tuple[Param, ...]]]:
+        """``{name: (kind, declared parameters)}`` for every member."""
+        return {name: (self.kind, self.lookup(name).params) for name in self.names()}
+
+
+LOCAL_POLICIES: Registry[LocalPolicy] = Registry(
+    "policy",
+    (fcfs, lpm, vtc, dlpm, rpm, justitia),
+    local_policy_class,
+    local_policy_names,
+)
+DISPATCHERS: Registry[Dispatcher] = Registry(
+    "dispatcher",
+    (round_robin, least_load, cache_aware, client_rr, doubleq),
+    dispatcher_class,
+    dispatcher_names,
+)
 
 
 def load_all() -> None:
-    """Import every implementation module so that its classes register themselves."""
-    global _loaded
-    if _loaded:
-        return
-    for module in LOCAL_MODULES:
-        importlib.import_module(f"fairserve.sched.local.{module}")
-    for module in DISPATCH_MODULES:
-        importlib.import_module(f"fairserve.sched.dispatch.{module}")
-    _loaded = True
+    """Every implementation is registered once this module is imported (its imports are
+    static); kept so that callers can say that they need the registrations."""
 
 
 def local_policies() -> list[str]:
     """Registered local policies in canonical order (module order, then registration)."""
-    load_all()
-    return _canonical(local_policy_names(), LOCAL_MODULES, local_policy_class)
+    return LOCAL_POLICIES.names()
 
 
 def dispatchers() -> list[str]:
     """Registered dispatchers in canonical order (module order, then registration)."""
-    load_all()
-    return _canonical(dispatcher_names(), DISPATCH_MODULES, dispatcher_class)
-
-
-def _canonical(
-    names: list[str], modules: tuple[str, ...], lookup: Callable[[str], type]
-) -> list[str]:
-    """Order that does not depend on which test or command imported a module first."""
-
-    def rank(item: tuple[int, str]) -> tuple[int, int]:
-        module = lookup(item[1]).__module__.rsplit(".", 1)[-1]
-        return (modules.index(module) if module in modules else len(modules), item[0])
-
-    return [name for _, name in sorted(enumerate(names), key=rank)]
+    return DISPATCHERS.names()
 
 
 def make_local_policy(
@@ -66,8 +99,7 @@ def make_local_policy(
     **params: Any,
 ) -> LocalPolicy:
     """Build a local policy by name; unknown names and bad parameters raise ConfigError."""
-    load_all()
-    return local_policy_class(name)(cost=cost, weights=weights, **params)
+    return LOCAL_POLICIES.lookup(name)(cost=cost, weights=weights, **params)
 
 
 def make_dispatcher(
@@ -79,16 +111,14 @@ def make_dispatcher(
     **params: Any,
 ) -> Dispatcher:
     """Build a dispatcher by name; unknown names and bad parameters raise ConfigError."""
-    load_all()
-    return dispatcher_class(name)(list(workers), cost=cost, weights=weights, **params)
+    return DISPATCHERS.lookup(name)(list(workers), cost=cost, weights=weights, **params)
 
 
 def describe_all() -> dict[str, list[dict[str, Any]]]:
     """Every registered policy and dispatcher with description and parameters (JSON-able)."""
-    load_all()
     return {
-        "local_policies": [_describe(local_policy_class(n)) for n in local_policies()],
-        "dispatchers": [_describe(dispatcher_class(n)) for n in dispatchers()],
+        "local_policies": LOCAL_POLICIES.describe(),
+        "dispatchers": DISPATCHERS.describe(),
     }
 
 
@@ -108,11 +138,7 @@ def parse_param_settings(texts: Collection[str]) -> dict[str, dict[str, Any]]:
     value}}``, every owner a registered local policy or dispatcher and every value
     validated against its declared :class:`Param`, so that nothing runs with a setting
     that was silently dropped or mistyped. Messages start with the offending text."""
-    load_all()
-    owners: dict[str, tuple[str, tuple[Param, ...]]] = {
-        **{n: ("policy", local_policy_class(n).params) for n in local_policies()},
-        **{n: ("dispatcher", dispatcher_class(n).params) for n in dispatchers()},
-    }
+    owners = {**LOCAL_POLICIES.declared_params(), **DISPATCHERS.declared_params()}
     settings: dict[str, dict[str, Any]] = {}
     for text in texts:
         target, sep, value = text.partition("=")
