@@ -126,3 +126,20 @@ def test_listening_beyond_loopback_is_said_out_loud() -> None:
     warning = exposed.exposure_warning()
     assert warning is not None and "0.0.0.0" in warning and "no --clients file" in warning
     assert "admin writes are off" in warning
+
+
+def test_a_router_queue_runs_justitia_on_a_clock_in_seconds() -> None:
+    """The router sees no decode steps: Justitia's virtual time must advance with time."""
+    from fairserve.router.config import RouterConfig
+    from fairserve.router.service import ROUTER_JUSTITIA_STEPS_PER_S, build_queue_policy
+
+    config = RouterConfig(worker_urls=("http://127.0.0.1:1",), policy="justitia")
+    policy = build_queue_policy(config)
+    assert policy.p["clock"] == "seconds"
+    assert policy.p["steps_per_s"] == ROUTER_JUSTITIA_STEPS_PER_S
+    chosen = RouterConfig(
+        worker_urls=("http://127.0.0.1:1",),
+        policy="justitia",
+        policy_params={"clock": "seconds", "steps_per_s": 50.0},
+    )
+    assert build_queue_policy(chosen).p["steps_per_s"] == 50.0

@@ -62,11 +62,21 @@ def check_policy(config: RouterConfig) -> None:
     build_queue_policy(config)
 
 
+ROUTER_JUSTITIA_STEPS_PER_S = 30.0
+"""Decode iterations per second the router assumes for Justitia's clock when none is given
+(a 7-8B model's decode step on one GPU is some 20-40 ms)."""
+
+
 def build_queue_policy(config: RouterConfig, weights: Mapping[str, float] | None = None) -> Any:
     """The router-side queue's policy; ``weights``: the live ones (``tune weight``)."""
     params = dict(config.policy_params)
     if config.quantum is not None:
         params["quantum"] = config.quantum
+    if config.policy == "justitia" and "clock" not in params:
+        # The router sees no decode iterations, only time: Justitia's virtual clock runs on
+        # seconds times an iteration rate (set justitia.steps_per_s to the engine's 1/c).
+        params["clock"] = "seconds"
+        params.setdefault("steps_per_s", ROUTER_JUSTITIA_STEPS_PER_S)
     live = config.weights if weights is None else weights
     return make_local_policy(config.policy, weights=live, **params)
 
