@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairserve.commands import worker as worker_command
 from fairserve.core.errors import ConfigError, UnknownNameError
-from fairserve.sim import engine, profile
 from fairserve.worker.config import build_engine, parse_params
 from tests.worker.helpers import make_config
 
@@ -48,10 +46,3 @@ def test_bad_values_fail_at_startup() -> None:
 def test_justitia_gets_the_kv_capacity_of_the_profile() -> None:
     config = make_config(policy="justitia")
     assert build_engine(config).policy.p["kv_capacity_tokens"] == 4096
-
-
-def test_command_defaults_match_the_simulator() -> None:
-    """The command keeps copies so that ``fairserve --help`` need not import the simulator."""
-    assert worker_command.DEFAULT_PROFILE == profile.DEFAULT_PROFILE
-    assert worker_command.DEFAULT_BATCHING == engine.DEFAULT_BATCHING
-    assert worker_command.BATCHING_DISCIPLINES == engine.BATCHING_DISCIPLINES

@@ -22,8 +22,8 @@ import typer
 from fairserve.commands import options as opts
 from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed, registry_option
 from fairserve.commands.output import Output
+from fairserve.core.defaults import DEFAULT_PROFILE
 from fairserve.core.errors import ConfigError
-from fairserve.sim.profile import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -28,8 +28,8 @@ from fairserve.commands import options as opts
 from fairserve.commands.errors import ExitCode
 from fairserve.commands.options import WorkloadSeed, registry_option
 from fairserve.commands.output import Output
+from fairserve.core.defaults import DEFAULT_PROFILE
 from fairserve.core.errors import ConfigError, FairserveError
-from fairserve.sim.profile import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from fairserve.tuning.auto import TuneResult

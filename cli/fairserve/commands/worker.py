@@ -17,17 +17,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fairserve.commands import options as opts
+from fairserve.core.defaults import BATCHING_DISCIPLINES, DEFAULT_BATCHING, DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from fairserve.worker.config import WorkerConfig
-
-DEFAULT_PROFILE = "a100-llama-3-8b"
-"""``fairserve.sim.profile.DEFAULT_PROFILE`` (a test keeps them equal; importing the
-simulator here would slow down every ``fairserve`` invocation)."""
-DEFAULT_BATCHING = "sarathi"
-"""``fairserve.sim.engine.DEFAULT_BATCHING`` (kept equal by a test, as above)."""
-BATCHING_DISCIPLINES = ("sarathi", "orca", "vllm-v0", "fastertransformer")
-"""``fairserve.sim.engine.BATCHING_DISCIPLINES`` (kept equal by a test, as above)."""
 
 
 def worker(

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fairserve.core.defaults import BATCHING_DISCIPLINES, DEFAULT_BATCHING
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 
-BATCHING_DISCIPLINES = ("sarathi", "orca", "vllm-v0", "fastertransformer")
-DEFAULT_BATCHING = "sarathi"
+__all__ = [
+    "BATCHING_DISCIPLINES",
+    "DEFAULT_BATCHING",
+    "EngineConfig",
+    "EngineStats",
+    "StepResult",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fairserve.core.cost import PiecewiseLinearBatchTime
+from fairserve.core.defaults import DEFAULT_PROFILE as DEFAULT_PROFILE
 from fairserve.core.errors import ConfigError, UnknownNameError
 
 SOURCES = ("measured", "simulated", "derived-from-published-data", "synthetic")
@@ -31,7 +32,6 @@ are the simulator's, not a GPU's)."""
 FIT_TIMINGS = ("engine", "client")
 """How measured step times were taken (``fairserve profile``): the worker's own step
 counters, or client-side timing (server latency and streamed token arrivals)."""
-DEFAULT_PROFILE = "a100-llama-3-8b"
 PROFILES_ENV = "FAIRSERVE_PROFILES_DIR"
 REPO_PROFILES_DIR = Path(__file__).resolve().parents[3] / "profiles"
 
