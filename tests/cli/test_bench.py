@@ -101,13 +101,6 @@ def test_a_run_where_nothing_succeeds_fails_after_reporting(
     assert "no request succeeded (http_429)" in captured.err
 
 
-def test_the_cli_default_in_flight_limit_is_the_runners() -> None:
-    from fairserve.bench.runner import DEFAULT_MAX_IN_FLIGHT
-    from fairserve.commands import bench
-
-    assert bench.DEFAULT_MAX_IN_FLIGHT == DEFAULT_MAX_IN_FLIGHT
-
-
 def test_the_progress_bar_says_when_it_drains(tmp_path: Path, fairserve_exe: Path) -> None:
     """On a terminal, once arrivals stop the bar says it waits for calls in flight and for
     how long (before, ``--duration 20`` sat at 20/20 s for half a minute, unexplained)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from fairserve.cluster import engine
-from fairserve.commands import launch
 from fairserve.core.errors import ConfigError, FairserveError
 
 
@@ -77,7 +76,3 @@ def test_no_gpu_found_is_not_a_usage_error() -> None:
     with pytest.raises(FairserveError, match="pass --gpus") as caught:
         engine.gpu_groups(None, 1, found=0)
     assert not isinstance(caught.value, ConfigError)
-
-
-def test_command_constants_match_the_package() -> None:
-    assert launch.ENGINES == engine.ENGINES

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairserve.commands import options
-from fairserve.router.config import ROUTER_QUEUE_MODES, RouterConfig
 from tests.worker.helpers import write_profile
 from tests.worker.processes import http_json, spawn, stop, wait_http_ok, worker_process
 
@@ -88,15 +86,3 @@ def test_bad_arguments_exit_2_with_a_clear_message(tmp_path: Path) -> None:
     assert "clients.toml: clients[0].weight: expected a positive number" in bad_file.stderr
     no_quantum = _run("--worker-url", "http://127.0.0.1:9", "--policy", "fcfs", "--quantum", "5")
     assert no_quantum.returncode == 2 and "policy fcfs has no quantum" in no_quantum.stderr
-
-
-def test_command_constants_match_the_package() -> None:
-    """The shared router options (``fairserve router`` and ``launch``) default to the
-    config's values without importing it."""
-    assert options.ROUTER_QUEUE_MODES == ROUTER_QUEUE_MODES
-    defaults = RouterConfig(worker_urls=("http://127.0.0.1:9",))
-    assert defaults.queue_cap == options.DEFAULT_QUEUE_CAP
-    assert defaults.max_body_bytes == options.DEFAULT_MAX_BODY_BYTES
-    assert defaults.max_outstanding_per_worker == options.DEFAULT_MAX_OUTSTANDING
-    assert defaults.metrics_max_clients == options.DEFAULT_METRICS_MAX_CLIENTS
-    assert defaults.drain_timeout_s == options.DEFAULT_DRAIN_TIMEOUT_S

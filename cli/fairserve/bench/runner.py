@@ -28,17 +28,13 @@ import aiohttp
 from fairserve.api import paths
 from fairserve.bench.client import SKIPPED, UNFINISHED, Attempt, send
 from fairserve.bench.prompts import Answer, Api, ancestors, request_body, segments
+from fairserve.core.defaults import DEFAULT_MAX_IN_FLIGHT as DEFAULT_MAX_IN_FLIGHT
 from fairserve.core.errors import ConfigError
 from fairserve.workloads.model import Call, ClientInfo, Program, Workload
 
 CLIENT_HEADER = "X-Fairserve-Client"
 APP_HEADER = "X-Fairserve-App"
 DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_MAX_IN_FLIGHT = 1024
-"""Per client: high enough that the generator does not cap a client's share below what the
-service gives it (at 256 each, two clients of ``vtc-constant`` never queued at the workers,
-so every policy looked fair); still bounded, so a runaway workload cannot open sockets
-without limit."""
 PROGRESS_INTERVAL_S = 0.25
 SKIP_UNSENT = "a call it depends on was not sent (arrivals had stopped)"
 SKIP_FAILED = "a call it depends on failed"

@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+from fairserve.core.defaults import ENGINES
 from fairserve.core.errors import ConfigError, FairserveError
 from fairserve.profiling.nvml import gpu_count
 
-ENGINES = ("sim", "sglang")
 __all__ = [
     "ENGINES", "EngineChoice", "check_sglang", "detect", "gpu_count", "gpu_groups",
     "parse_gpu_ids", "sglang_installed",

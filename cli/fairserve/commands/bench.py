@@ -16,11 +16,8 @@ import typer
 from fairserve.commands import options as opts
 from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed
 from fairserve.commands.output import Output
+from fairserve.core.defaults import DEFAULT_MAX_IN_FLIGHT
 from fairserve.core.errors import FairserveError
-
-DEFAULT_MAX_IN_FLIGHT = 1024
-"""``fairserve.bench.runner.DEFAULT_MAX_IN_FLIGHT`` (importing the bench here would slow
-down every ``fairserve`` invocation; tests/cli/test_bench.py keeps them equal)."""
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

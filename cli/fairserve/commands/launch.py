@@ -19,12 +19,10 @@ import typer
 from fairserve.commands import options as opts
 from fairserve.commands.options import registry_option
 from fairserve.commands.output import Output
+from fairserve.core.defaults import ENGINES
 
 if TYPE_CHECKING:
     from fairserve.cluster.plan import LaunchOptions, LaunchPlan
-
-ENGINES = ("sim", "sglang")
-"""``fairserve.cluster.engine.ENGINES`` (kept equal by a test)."""
 
 
 def _check_engine(value: str | None) -> str | None:

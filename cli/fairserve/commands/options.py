@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
+from fairserve.core.defaults import BATCHING_DISCIPLINES
+
 # The one place the router's defaults live is its configuration (standard library only, so
 # importing it costs the CLI nothing); the commands re-export them from here.
 from fairserve.router.config import DEFAULT_DRAIN_TIMEOUT_S as DEFAULT_DRAIN_TIMEOUT_S
@@ -26,6 +28,7 @@ from fairserve.router.config import DEFAULT_OUTLIER_FAILURES as DEFAULT_OUTLIER_
 from fairserve.router.config import DEFAULT_QUEUE_CAP as DEFAULT_QUEUE_CAP
 from fairserve.router.config import DEFAULT_REQUEST_TIMEOUT_S as DEFAULT_REQUEST_TIMEOUT_S
 from fairserve.router.config import DEFAULT_STALL_TIMEOUT_S as DEFAULT_STALL_TIMEOUT_S
+from fairserve.router.config import ROUTER_QUEUE_MODES as ROUTER_QUEUE_MODES
 
 
 def complete_workload(incomplete: str) -> list[str]:
@@ -84,8 +87,6 @@ def registry_option(kind: str, help_text: str) -> Any:
 
 def registry_names(kind: str) -> Sequence[str]:
     if kind == "batching discipline":
-        from fairserve.sim.engine import BATCHING_DISCIPLINES
-
         return BATCHING_DISCIPLINES
     from fairserve.sched import registry
 
@@ -93,11 +94,8 @@ def registry_names(kind: str) -> Sequence[str]:
 
 
 # ------------------------------------------------------------------ router settings
-# ``fairserve router`` and ``fairserve launch`` take the same router settings; defaults
-# equal ``fairserve.router.config``'s (kept equal by a test; that module is not imported
-# here, so ``--help`` stays fast).
-ROUTER_QUEUE_MODES = ("auto", "on", "off")
-"""``fairserve.router.config.ROUTER_QUEUE_MODES``."""
+# ``fairserve router`` and ``fairserve launch`` take the same router settings; their
+# defaults and choices are ``fairserve.router.config``'s, imported above.
 
 
 def _check_router_queue(value: str) -> str:

@@ -16,3 +16,12 @@ BATCHING_DISCIPLINES = ("sarathi", "orca", "vllm-v0", "fastertransformer")
 
 DEFAULT_BATCHING = "sarathi"
 """Decode-first chunked prefill with mixed batches: SGLang's default."""
+
+ENGINES = ("sim", "sglang")
+"""What ``fairserve launch`` runs as workers: simulated engines or SGLang servers."""
+
+DEFAULT_MAX_IN_FLIGHT = 1024
+"""``fairserve bench``'s requests in flight per client: high enough that the generator does
+not cap a client's share below what the service gives it (at 256 each, two clients of
+``vtc-constant`` never queued at the workers, so every policy looked fair); still bounded,
+so a runaway workload cannot open sockets without limit."""
