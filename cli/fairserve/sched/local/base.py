@@ -8,7 +8,12 @@ Event contract, identical in the simulator, the router's fair queue and the SGLa
   admit, in admission order, already charged with their estimated extend tokens
   (``input − match_len``). ``can_fit(req)`` answers for memory and token budget; **a True
   answer is final** (the policy admits that request), so hosts reserve inside ``can_fit``.
-  A request that does not fit is skipped and the rest are still tried (work conservation);
+  A request that does not fit is skipped and the rest are still tried (work conservation).
+  ``select`` is a thin driver of ``decide(waiting, match_len, now_s)``, the decision as a
+  generator: it yields each candidate and receives an :class:`Answer` (``FIT``, ``NO_FIT``,
+  or ``EXHAUSTED``: the engine's budget is spent, nothing more fits), and returns the
+  admitted list. Pull-style hosts (SGLang's admission loop offers one request at a time to
+  ``PrefillAdder.add_one_req``) drive ``decide`` directly, without a thread;
 * ``correct_extend(req, extend_tokens)`` when the real extend differs from the estimate;
 * ``on_decode_step(running, now_s)`` after a forward step in which every request in
   ``running`` produced one token, *after* the host incremented ``req.output_tokens``
@@ -16,14 +21,16 @@ Event contract, identical in the simulator, the router's fair queue and the SGLa
 * ``on_finish(req, now_s)``, ``on_abort(req, now_s)`` (left without finishing),
   ``on_retract(req, now_s)`` (moved from running back to waiting under memory pressure).
 
-Hosts that decide admissions one request at a time (SGLang's ``PrefillAdder``) use the
-pieces ``order``, ``admissible`` and ``on_admit`` that ``select`` is made of.
+``EXHAUSTED`` means "``NO_FIT`` for this candidate and every later one": a decision that
+receives it ends as if every remaining ``can_fit`` had answered False (same admissions, same
+policy state; ``tests/sched/test_local_decide.py``), without asking about the rest.
 """
 
 from __future__ import annotations
 
 from abc import ABC
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from enum import Enum
 from typing import Any, ClassVar
 
 from fairserve.core.cost import CostModel, WeightedTokenCost
@@ -33,6 +40,40 @@ from fairserve.sched.params import Param, resolve_params
 
 CanFit = Callable[[Request], bool]
 MatchLen = Callable[[Request], int]
+
+
+class Answer(Enum):
+    """A host's answer to a candidate a decision yields (SGLang's ``AddReqResult``, seen
+    from the policy)."""
+
+    FIT = "fit"
+    """Admitted: the engine reserved it, the policy charges it (final, like ``can_fit``)."""
+    NO_FIT = "no_fit"
+    """Not now (too large for what is left, or the engine's own reasons): try the others."""
+    EXHAUSTED = "exhausted"
+    """The engine's budget is spent: this one and every later candidate do not fit, so the
+    decision ends without asking about them."""
+
+
+FIT = Answer.FIT
+NO_FIT = Answer.NO_FIT
+EXHAUSTED = Answer.EXHAUSTED
+
+Decision = Generator[Request, Answer, list[Request]]
+"""A batching decision in progress: yields candidates, receives answers, returns the
+admitted requests in admission order."""
+
+
+def drive(decision: Decision, can_fit: CanFit) -> list[Request]:
+    """Run ``decision`` to its end, answering every candidate with ``can_fit`` (``select``
+    for hosts that answer at once: the simulator, the router's fair queue)."""
+    try:
+        req = next(decision)
+        while True:
+            req = decision.send(FIT if can_fit(req) else NO_FIT)
+    except StopIteration as end:
+        admitted: list[Request] = end.value
+        return admitted
 
 
 class LocalPolicy(ABC):
@@ -91,6 +132,10 @@ class LocalPolicy(ABC):
     def select(
         self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
     ) -> list[Request]:
+        """One batching decision answered by ``can_fit``: :meth:`decide` driven to its end."""
+        return drive(self.decide(waiting, match_len, now_s), can_fit)
+
+    def decide(self, waiting: Sequence[Request], match_len: MatchLen, now_s: float) -> Decision:
         """Generic admission: passes over ``order(...)`` until a pass admits nothing.
 
         With a :class:`MemoryPatience` (policies declaring ``memory_patience``), the first
@@ -102,22 +147,29 @@ class LocalPolicy(ABC):
         hold = patience is not None and patience.hold
         blocked: str | None = None
         bypassed = False
-        while remaining:
+        exhausted = False
+        while remaining and not exhausted:
             skipped: list[Request] = []
             progress = False
             for req in remaining:
                 if not self.admissible(req):
                     skipped.append(req)
-                elif can_fit(req):
+                    continue
+                answer = yield req
+                if answer is FIT:
                     self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
                     admitted.append(req)
                     progress = True
                     bypassed = bypassed or (blocked is not None and req.client != blocked)
-                elif blocked is None:
+                    continue
+                if blocked is None:
                     blocked = req.client
                     if hold:  # Algorithm 2's Break: memory that frees up waits for it
                         progress = False
                         break
+                if answer is EXHAUSTED:  # nothing later fits: no admission, no new pass
+                    exhausted = True
+                    break
             if not progress:
                 break
             remaining = skipped

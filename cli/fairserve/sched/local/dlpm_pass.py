@@ -19,9 +19,10 @@ blocked on memory; see :mod:`fairserve.sched.local.dlpm`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 
 from fairserve.core.types import Request
+from fairserve.sched.local.base import EXHAUSTED, FIT, Answer
 
 Refill = Callable[[Collection[str]], None]
 """Refill every client with ``q <= 0`` until one of the given candidates has ``q > 0``."""
@@ -46,28 +47,36 @@ class DecisionState:
             deficits.setdefault(client, 0.0)  # a client never announced joins ``l`` too
         self.positive: set[str] = {c for c in self.queued if deficits[c] > 0}
         self.credit_blocked = False
+        self.exhausted = False
+        """The host answered ``EXHAUSTED``: its budget is spent, nothing more is asked."""
 
-    def run(self, can_fit: Callable[[Request], bool], admit: Callable[[Request], None]) -> None:
-        """Walks over the requests in play until one changes nothing, then the fill."""
+    def run(self, admit: Callable[[Request], None]) -> Generator[Request, Answer, None]:
+        """Walks over the requests in play until one changes nothing, then the fill; yields
+        each request it asks about and receives the host's answer.
+
+        ``EXHAUSTED`` ends the decision at once. Answering ``NO_FIT`` to everything left
+        instead would change nothing: the client asked about has credit and a queued
+        request, so ``positive`` stays non-empty (no refill can happen), nothing more is
+        admitted, and the clients with credit are blocked on memory either way."""
         candidates = list(self.order)
         while candidates:
-            skipped, progress = self._walk(candidates, can_fit, admit)
+            skipped, progress = yield from self._walk(candidates, admit)
             candidates = skipped
-            if not progress:
+            if not progress or self.exhausted:
                 break
         # Clients still holding credit with requests in play are blocked on memory.
         self.credit_blocked = bool(self.positive)
-        if self.fill:
+        if self.fill and not self.exhausted:
             for req in candidates:
-                if can_fit(req):
+                answer = yield req
+                if answer is FIT:
                     self._admitted(req, admit)
+                elif answer is EXHAUSTED:
+                    break
 
     def _walk(
-        self,
-        candidates: list[Request],
-        can_fit: Callable[[Request], bool],
-        admit: Callable[[Request], None],
-    ) -> tuple[list[Request], bool]:
+        self, candidates: list[Request], admit: Callable[[Request], None]
+    ) -> Generator[Request, Answer, tuple[list[Request], bool]]:
         """Lines 18-25 once; returns the requests skipped for deficit and whether anything
         changed (an admission, a request found not to fit, or a refill)."""
         deficits, positive = self.deficits, self.positive
@@ -83,8 +92,12 @@ class DecisionState:
                     skipped.append(req)
                     continue
             progress = True
-            if can_fit(req):
+            answer = yield req
+            if answer is FIT:
                 self._admitted(req, admit)
+            elif answer is EXHAUSTED:
+                self.exhausted = True
+                break
         return skipped, progress
 
     def _admitted(self, req: Request, admit: Callable[[Request], None]) -> None:

@@ -38,7 +38,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from fairserve.core.types import Request
-from fairserve.sched.local.base import CanFit, LocalPolicy, MatchLen, register_local
+from fairserve.sched.local.base import (
+    EXHAUSTED,
+    FIT,
+    Decision,
+    LocalPolicy,
+    MatchLen,
+    register_local,
+)
 from fairserve.sched.params import MEMORY_PATIENCE, W_E, W_Q, Param
 
 CHARGE_CACHED = Param(
@@ -81,9 +88,7 @@ class VTC(LocalPolicy):
             return
         self.counters[client] = max(self.counters[client], floor)
 
-    def select(
-        self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
-    ) -> list[Request]:
+    def decide(self, waiting: Sequence[Request], match_len: MatchLen, now_s: float) -> Decision:
         """Lines 19-25: smallest counter first; skip (not stop at) what does not fit."""
         queues: dict[str, deque[Request]] = {}
         for req in sorted(waiting, key=lambda r: r.arrival_s):
@@ -98,14 +103,18 @@ class VTC(LocalPolicy):
             _, client = heapq.heappop(heap)
             queue = queues[client]
             req = queue.popleft()
-            if can_fit(req):
+            answer = yield req
+            if answer is FIT:
                 self.on_admit(req, max(0, req.input_tokens - match_len(req)), now_s)
                 admitted.append(req)
                 bypassed = bypassed or (blocked is not None and client != blocked)
-            elif blocked is None:
-                blocked = client
-                if patience is not None and patience.hold:
-                    break  # line 21's Break: freed memory waits for this request
+            else:
+                if blocked is None:
+                    blocked = client
+                    if patience is not None and patience.hold:
+                        break  # line 21's Break: freed memory waits for this request
+                if answer is EXHAUSTED:
+                    break  # nothing later fits: the rest would change nothing
             if queue:
                 heapq.heappush(heap, (self.counters.get(client, 0.0), client))
         if patience is not None:
