@@ -9,8 +9,8 @@ size it times SGLang's batching decision (``SchedulePolicy.calc_priority`` plus 
 loop over ``PrefillAdder.add_one_req``) and the whole iteration, with the plugin disabled
 (SGLang's own LPM ordering; SGLang switches LPM to FCFS above 128 waiting requests) and
 with DLPM and VTC inside it. Medians, best and p99 over the steps that made a decision;
-the note gives the policy's questions per decision, and a first row the helper thread's
-hand-off cost per question alone (``sglang/stepped.py``).
+the note gives the policy's questions per decision, and a first row the cost of one answer
+alone (a generator ``send`` into the policy's ``decide``, ``sglang/decision.py``).
 """
 
 from __future__ import annotations
@@ -95,45 +95,51 @@ _QUESTIONS: list[int] = []
 
 
 def count_questions() -> list[int]:
-    """The number of ``can_fit`` questions of each decision (each one a hand-off between
-    the scheduler thread and the policy's helper thread), recorded as decisions close."""
-    from fairserve.sglang.stepped import SteppedSelect
+    """The number of questions of each decision (each one answered by a generator
+    ``send`` on the scheduler thread), recorded as decisions close."""
+    from fairserve.sglang.decision import Decision
 
-    if not getattr(SteppedSelect, "_bench_counted", False):
-        close = SteppedSelect.close
+    if not getattr(Decision, "_bench_counted", False):
+        close = Decision.close
 
-        def counted(self: SteppedSelect) -> list[Any]:
+        def counted(self: Decision) -> list[Any]:
             admitted = close(self)
             _QUESTIONS.append(self.asked)
             return admitted
 
-        SteppedSelect.close = counted  # type: ignore[method-assign]
-        SteppedSelect._bench_counted = True  # type: ignore[attr-defined]
+        Decision.close = counted  # type: ignore[method-assign]
+        Decision._bench_counted = True  # type: ignore[attr-defined]
     _QUESTIONS.clear()
     return _QUESTIONS
 
 
-def hand_off_cost(questions: int = 5000, repeats: int = 5) -> Result:
-    """The helper thread's cost alone: µs per question of a trivial ``select``."""
+def answer_cost(questions: int = 5000, repeats: int = 5) -> Result:
+    """One answer's cost alone: µs per question of a trivial decision driven through the
+    plugin's :class:`~fairserve.sglang.decision.Decision`."""
     from fairserve.core.types import Request
-    from fairserve.sglang.stepped import CanFit, SelectThread, SteppedSelect
+    from fairserve.sched.local.base import FIT
+    from fairserve.sched.local.base import Decision as PolicyDecision
+    from fairserve.sglang.decision import Decision
 
-    runner = SelectThread()
     items = [Request(f"r{i}", "c", b"", 1, 0.0) for i in range(questions)]
 
-    def select(can_fit: CanFit) -> list[Request]:
-        return [r for r in items if can_fit(r)]
+    def decide() -> PolicyDecision:
+        admitted = []
+        for req in items:
+            if (yield req) is FIT:
+                admitted.append(req)
+        return admitted
 
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        step = SteppedSelect(select, runner)
-        while step.question is not None:
-            step.answer(True)
-        step.close()
+        decision = Decision([], {}, {}, decide())
+        while decision.question is not None:
+            decision.answer(FIT)
+        decision.close()
         samples.append((time.perf_counter() - start) / questions * 1e6)
     median, best, _ = summarize(samples)
-    return Result("sglang-plugin", "helper-thread hand-off per question", median, best, None,
+    return Result("sglang-plugin", "answer per question (generator send)", median, best, None,
                   "us", note=f"{repeats} x {questions} questions")  # fmt: skip
 
 
@@ -150,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
-    results: list[Result] = [hand_off_cost()]
+    results: list[Result] = [answer_cost()]
     for size in SIZES:
         for policy, quantum in POLICIES:
             results += bench(size, policy, quantum, args.steps)

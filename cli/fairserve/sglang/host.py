@@ -2,7 +2,7 @@
 
 :class:`PolicyHost` turns what SGLang's scheduler does into the local-policy events of
 DESIGN §2, and nothing else: arrival (``on_arrival``), a batching decision (the policy's own
-``select``, one ``can_fit`` per ``add_one_req``), the real extend charge
+``decide``, one answer per ``add_one_req``), the real extend charge
 (``correct_extend`` when SGLang's prefix match at admission differs from the one the policy
 was told), a decode charge per produced token, finish, abort and retraction. It reads SGLang
 objects only through the duck-typed fields of :mod:`fairserve.sglang.requests`, so the tests
@@ -25,7 +25,7 @@ from typing import Any
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request, validate_weight
-from fairserve.sched.local.base import LocalPolicy
+from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, LocalPolicy
 from fairserve.sched.params import QUANTUM
 from fairserve.sglang.config import PluginConfig
 from fairserve.sglang.control import ControlChannel, PolicyChange
@@ -41,7 +41,6 @@ from fairserve.sglang.requests import (
     real_extend_tokens,
     to_request,
 )
-from fairserve.sglang.stepped import CanFit, SelectThread, SteppedSelect
 
 
 class PolicyHost:
@@ -69,7 +68,6 @@ class PolicyHost:
         self.controls = ControlChannel()
         self.decision: Decision | None = None
         self.last_ticket = 0
-        self._select_thread = SelectThread()
 
     @property
     def now(self) -> float:
@@ -96,7 +94,7 @@ class PolicyHost:
 
     # ------------------------------------------------------------ one decision
     def begin_decision(self, waiting: list[Any]) -> None:
-        """``calc_priority`` ran: start the policy's ``select`` over the waiting requests and
+        """``calc_priority`` ran: start the policy's ``decide`` over the waiting requests and
         put the first one it asks about at the front of SGLang's list.
 
         ``match_len`` is SGLang's ``prefix_len`` as its prefix matching left it; requests
@@ -118,13 +116,8 @@ class PolicyHost:
                 return
             candidates.sort(key=lambda t: t.seq)
             requests = [t.req for t in candidates]
-            now, policy = self.now, self.policy
-
-            def select(can_fit: CanFit) -> list[Request]:
-                return policy.select(requests, can_fit, lambda r: matched[id(r)], now)
-
-            step = SteppedSelect(select, self._select_thread)
-            self.decision = Decision(waiting, origin, matched, step)
+            decide = self.policy.decide(requests, lambda r: matched[id(r)], self.now)
+            self.decision = Decision(waiting, origin, matched, decide)
             self.decision.bring_forward(-1)
 
     def _reconcile(self, waiting: list[Any]) -> None:
@@ -140,8 +133,9 @@ class PolicyHost:
         policy asks about it, and tell the loop whether to go on.
 
         Work conservation: a request the policy wanted but that does not fit the memory left
-        is skipped and the loop continues (``CONTINUE``) while the adder has budget left;
-        the loop stops when the budget is spent or the policy has nothing more to ask."""
+        is skipped (``NO_FIT``) and the loop continues (``CONTINUE``) while the adder has
+        budget left; the loop stops when the budget is spent (``EXHAUSTED``: SGLang's own
+        loop stops at any result but ``CONTINUE``) or the policy has nothing more to ask."""
         results = self.results
         with self.lock:
             decision = self.decision
@@ -158,17 +152,17 @@ class PolicyHost:
             admitted = bool(adder.can_run_list) and adder.can_run_list[-1] is sreq
             if admitted:
                 self._admitted(decision, tracked, sreq)
-            decision.answer(admitted, position)
-            if result == results.CONTINUE:
-                return result
-            if (
+            if result == results.CONTINUE or (
                 not admitted
                 and result == results.NO_TOKEN
                 and adder.budget_state() == results.CONTINUE
                 and not _holds_mamba(sreq)
-            ):
-                return results.CONTINUE  # too large for what is left: try the others
-            self._close_decision()
+            ):  # admitted, or too large for what is left: try the others
+                decision.answer(FIT if admitted else NO_FIT)
+                decision.bring_forward(position)
+                return results.CONTINUE
+            decision.answer(FIT if admitted else EXHAUSTED)
+            self._close_decision()  # the loop stops here: nothing more fits
             return result
 
     def _admitted(self, decision: Decision, tracked: Tracked, sreq: ReqLike) -> None:
