@@ -280,3 +280,24 @@ def test_matches_the_literal_algorithm_2(ops: list[tuple[Any, ...]], quantum: fl
             oracle.evict(workers[w], key)
         assert fast.deficits == oracle.q
         assert fast.outstanding == oracle.s
+
+
+def test_idle_clients_beyond_the_cap_are_forgotten_busy_ones_never() -> None:
+    """Names come from requests: the counters kept stay bounded (DRR's reset of an empty
+    flow's deficit), and a client with requests in flight keeps its counters."""
+    from fairserve.core.types import Request, tokens_to_key
+    from fairserve.sched.dispatch import doubleq
+    from fairserve.sched.registry import make_dispatcher
+
+    dq = make_dispatcher("doubleq", ["w0", "w1"])
+    busy = Request("busy-1", "busy", tokens_to_key([1, 2, 3]), 8, 0.0)
+    dq.on_dispatch(busy, dq.choose(busy))
+    cap = doubleq.MAX_CLIENTS
+    for i in range(cap + 50):
+        req = Request(f"r{i}", f"name-{i}", tokens_to_key([i]), 4, float(i))
+        worker = dq.choose(req)
+        dq.on_dispatch(req, worker)
+        dq.on_finish(req, worker, 4)
+    assert len(dq.deficits) <= cap
+    assert "busy" in dq.deficits and dq.forgotten >= 50
+    assert f"name-{cap + 49}" in dq.deficits

@@ -43,6 +43,7 @@ workload; lower it for many short independent requests with little shared prefix
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -82,6 +83,10 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+MAX_CLIENTS = 10_000
+"""Clients whose deficit counters are kept at once (see ``DoubleQ._forget_idle``)."""
+
+
 @register_dispatcher
 class DoubleQ(Dispatcher):
     """Per-client-per-worker deficit counters over a global prefix-owner tree."""
@@ -93,7 +98,11 @@ class DoubleQ(Dispatcher):
     def _init_state(self) -> None:
         self.prefixes = WorkerPrefixTree(self.p["max_tree_tokens_per_worker"])
         self.deficits: dict[str, dict[str, float]] = {}
+        """Per client, its per-worker counters; least recently dispatched first."""
         self.refills: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        """Requests of each client dispatched and not yet finished or aborted."""
+        self.forgotten = 0
 
     # ------------------------------------------------------------ quantum
     @property
@@ -147,15 +156,42 @@ class DoubleQ(Dispatcher):
 
     def _dispatched(self, req: Request, worker: str) -> None:
         charge = self.cost.admit_cost(req, req.input_tokens) / self.weight(req.client)
-        self.counters(req.client)[worker] -= charge
+        counters = self.deficits.pop(req.client, None) or self.counters(req.client)
+        self.deficits[req.client] = counters  # most recently dispatched last
+        counters[worker] -= charge
+        self.in_flight[req.client] = self.in_flight.get(req.client, 0) + 1
         self.prefixes.record(req.prompt_key, worker)
+        if len(self.deficits) > MAX_CLIENTS:
+            self._forget_idle()
+
+    def _forget_idle(self) -> None:
+        """Past ``MAX_CLIENTS`` clients, drop the least recently dispatched ones with
+        nothing in flight, as deficit round robin resets the deficit of a flow whose queue
+        empties: a client that returns starts afresh. Names come from requests, so without
+        this any caller could grow the router's memory without bound."""
+        excess = len(self.deficits) - MAX_CLIENTS
+        idle = (c for c in self.deficits if not self.in_flight.get(c))  # oldest first
+        for client in list(itertools.islice(idle, excess)):
+            del self.deficits[client]
+            self.refills.pop(client, None)
+            self.in_flight.pop(client, None)
+            self.forgotten += 1
 
     def _finished(self, req: Request, worker: str, output_tokens: int) -> None:
         self._charge_output(req, worker, output_tokens)
+        self._left(req.client)
 
     def _aborted(self, req: Request, worker: str) -> None:
         # Tokens decoded before the abort were served; charge them like a finish.
         self._charge_output(req, worker, req.output_tokens)
+        self._left(req.client)
+
+    def _left(self, client: str) -> None:
+        left = self.in_flight.get(client, 0) - 1
+        if left > 0:
+            self.in_flight[client] = left
+        else:
+            self.in_flight.pop(client, None)
 
     def _charge_output(self, req: Request, worker: str, output_tokens: int) -> None:
         if output_tokens < 0:
