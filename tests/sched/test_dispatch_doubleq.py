@@ -290,6 +290,7 @@ def test_idle_clients_beyond_the_cap_are_forgotten_busy_ones_never() -> None:
     from fairserve.sched.registry import make_dispatcher
 
     dq = make_dispatcher("doubleq", ["w0", "w1"])
+    assert isinstance(dq, doubleq.DoubleQ)
     busy = Request("busy-1", "busy", tokens_to_key([1, 2, 3]), 8, 0.0)
     dq.on_dispatch(busy, dq.choose(busy))
     cap = doubleq.MAX_CLIENTS
