@@ -205,11 +205,15 @@ def slope_per_min(points: list[tuple[float, float]]) -> float | None:
 
 
 async def run_phase(
-    url: str, proc: psutil.Process, clients: list[tuple[str, str, float]], args: argparse.Namespace
+    url: str,
+    proc: psutil.Process,
+    clients: list[tuple[str, str, float]],
+    args: argparse.Namespace,
+    duration_s: float,
 ) -> dict[str, Any]:
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_process(proc, args.sample_s, stop))
-    stats = await offer(url, clients, args.duration)
+    stats = await offer(url, clients, duration_s)
     stop.set()
     rows = await sampler
     warm = [r for r in rows if r[0] >= args.warmup_s]
@@ -243,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             "machine": "see the caller",
         }
         if args.baseline:
-            report["baseline"] = asyncio.run(run_phase(url, proc, light, args))
-        report["overload"] = asyncio.run(run_phase(url, proc, light + heavy, args))
+            baseline_s = args.baseline_duration or args.duration
+            report["baseline"] = asyncio.run(run_phase(url, proc, light, args, baseline_s))
+        report["overload"] = asyncio.run(run_phase(url, proc, light + heavy, args, args.duration))
         base = report.get("baseline", {}).get("classes", {}).get("light", {})
         over = report["overload"]["classes"].get("light", {})
         if base.get("latency_p99_s") and over.get("latency_p99_s"):
@@ -264,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--light-share", type=float, default=0.45, help="light demand / capacity")
     p.add_argument("--rate", type=float, default=None, help="capacity in req/s (else measured)")
     p.add_argument("--baseline", action="store_true", help="light clients alone first")
+    p.add_argument("--baseline-duration", type=float, default=None, help="(default --duration)")
     p.add_argument("--sample-s", type=float, default=5.0)
     p.add_argument("--warmup-s", type=float, default=30.0)
     p.add_argument("router_args", nargs="*", help="extra fairserve router options (after --)")
