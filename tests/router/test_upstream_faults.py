@@ -4,6 +4,7 @@ with a clear error, never wait for a dead worker, and the broken worker leaves r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ import aiohttp
 
 from fairserve.router.server import RouterServer
 from tests.router.faulty import FaultyUpstream, Mode
-from tests.router.helpers import chat, get_json, poll, post, routed, sim_workers
+from tests.router.helpers import chat, get_json, poll, post, routed, sim_router, sim_workers
 from tests.worker.helpers import run
 
 FAST_FAULTS: dict[str, Any] = {
@@ -147,5 +148,30 @@ def test_a_worker_answering_500_leaves_rotation_despite_a_good_health_check() ->
             assert faulty.generations == 3, "held out after 3 failures, /health or not"
             worker = await _worker_state(session, faulty.url)
             assert not worker["healthy"] and worker["ejections"] == 1
+
+    run(body())
+
+
+def test_prefixes_of_requests_aborted_before_prefill_do_not_pile_up() -> None:
+    """A request aborted while it waited was recorded in the router's tree at dispatch but
+    never cached by the worker, so no eviction will remove it: the tree stays within twice
+    the worker's KV capacity anyway."""
+
+    async def body() -> None:
+        async with sim_router(1, worker={"speed": 0.2}) as (server, session, _):
+            capacity = next(iter(server.router.upstreams.values())).max_total_tokens
+            assert capacity
+            short = aiohttp.ClientTimeout(total=0.2)
+
+            async def abandoned(n: int) -> None:
+                body = chat(f"{n} " + "word " * 200, max_tokens=64)
+                with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+                    async with session.post("/v1/chat/completions", json=body, timeout=short) as r:
+                        await r.read()
+
+            for start in range(0, 300, 50):
+                await asyncio.gather(*(abandoned(n) for n in range(start, start + 50)))
+            tree = server.router.dispatcher.snapshot()["tree_tokens"]
+            assert tree <= 2 * capacity, (tree, capacity)
 
     run(body())

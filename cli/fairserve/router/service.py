@@ -62,6 +62,9 @@ def check_policy(config: RouterConfig) -> None:
     build_queue_policy(config)
 
 
+FED_TREE_SLACK = 2
+"""A worker with an eviction feed may hold at most this many times its KV capacity in the
+router's tree (see ``Router.bound_tree``)."""
 ROUTER_JUSTITIA_STEPS_PER_S = 30.0
 """Decode iterations per second the router assumes for Justitia's clock when none is given
 (a 7-8B model's decode step on one GPU is some 20-40 ms)."""
@@ -341,16 +344,20 @@ class Router:
                     log.debug("eviction poll of %s failed: %s", up.url, exc)
 
     def bound_tree(self, worker: str) -> None:
-        """Approximate LRU bound of the global tree for a worker without an eviction feed."""
+        """Approximate LRU bound of the global tree per worker: its KV capacity for a worker
+        without an eviction feed; twice that for one with a feed, whose evictions keep the
+        tree right except for prefixes the worker never cached (a request aborted while it
+        waited), which no eviction will ever remove."""
         up = self.upstreams[worker]
-        if up.extension or not up.max_total_tokens:
+        if not up.max_total_tokens:
             return
         prefixes = getattr(self.dispatcher, "prefixes", None)
         if prefixes is None:
             return
+        limit = up.max_total_tokens * (FED_TREE_SLACK if up.extension else 1)
         tree = prefixes.tree
-        if tree.owner_tokens(worker) > up.max_total_tokens:
-            tree.evict_owner_lru(worker, int(up.max_total_tokens * LRU_LOW_WATERMARK))
+        if tree.owner_tokens(worker) > limit:
+            tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK))
 
     async def _sample(self) -> None:
         self.accounting.sample(time.monotonic())
