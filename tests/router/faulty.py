@@ -15,6 +15,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from tests.router.helpers import bind_runner
+from tests.router.stock import answer, chunk
 
 Mode = Literal["ok", "hang", "stall", "html", "garbage", "error"]
 FOREVER_S = 3600.0
@@ -67,29 +68,12 @@ class FaultyUpstream:
         if mode == "error":
             return web.json_response({"error": "boom"}, status=500)
         if not body.get("stream"):
-            return web.json_response(_answer())
+            return web.json_response(answer(chat=True))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        await resp.write(b"data: " + json.dumps(_chunk("hello")).encode() + b"\n\n")
+        await resp.write(b"data: " + json.dumps(chunk(True, "hello")).encode() + b"\n\n")
         if mode == "stall":
             await asyncio.sleep(FOREVER_S)
-        await resp.write(b"data: " + json.dumps(_chunk(" there")).encode() + b"\n\n")
+        await resp.write(b"data: " + json.dumps(chunk(True, " there")).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         return resp
-
-
-def _answer() -> dict[str, Any]:
-    message = {"role": "assistant", "content": "hello there"}
-    return {
-        "id": "x",
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-    }
-
-
-def _chunk(word: str) -> dict[str, Any]:
-    return {
-        "id": "x",
-        "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
-    }

@@ -59,16 +59,16 @@ class StockUpstream:
                 await asyncio.sleep(self.service_s)
         chat = request.path.endswith("chat/completions")
         if not body.get("stream"):
-            return web.json_response(_answer(chat))  # no usage: the router fills it in
+            return web.json_response(answer(chat))  # no usage: the router fills it in
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for word in ("hello", " there"):
-            await resp.write(b"data: " + json.dumps(_chunk(chat, word)).encode() + b"\n\n")
+            await resp.write(b"data: " + json.dumps(chunk(chat, word)).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
 
-def _answer(chat: bool) -> dict[str, Any]:
+def answer(chat: bool) -> dict[str, Any]:
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": "hello there"}}
     else:
@@ -80,6 +80,6 @@ def _answer(chat: bool) -> dict[str, Any]:
     }
 
 
-def _chunk(chat: bool, word: str) -> dict[str, Any]:
+def chunk(chat: bool, word: str) -> dict[str, Any]:
     choice = {"index": 0, "delta": {"content": word}} if chat else {"index": 0, "text": word}
     return {"id": "x", "object": "chunk", "choices": [choice]}
