@@ -11,7 +11,6 @@ Host, line endings), plus arbitrary bytes. Derandomised, bounded in examples and
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 
@@ -19,11 +18,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from fairserve.router.server import RouterServer
-from fairserve.worker.server import WorkerServer
-from tests.router.helpers import router_config
+from tests.router.test_fuzz import two_routers
 from tests.router.test_http_strict import exchange, status_of
-from tests.worker.helpers import make_config
 
 WAIT_S = 1.5
 """How long a side may stay silent before its answer counts as none."""
@@ -106,35 +102,10 @@ raw_bytes = st.one_of(requests(), requests(), requests(), st.binary(max_size=64)
 
 @pytest.fixture(scope="module")
 def routers() -> Iterator[tuple[str, str]]:
-    """A worker and two routers in front of it (lean front; aiohttp only) on their own
-    event loop in a thread, shared by all examples."""
-    loop = asyncio.new_event_loop()
-
-    async def start() -> tuple[WorkerServer, RouterServer, RouterServer]:
-        worker = WorkerServer(make_config(speed=2000.0), "127.0.0.1", 0)
-        await worker.start()
-        lean = RouterServer(router_config([worker.url]))
-        plain = RouterServer(router_config([worker.url], lean_front=False))
-        await lean.start()
-        await plain.start()
-        return worker, lean, plain
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    worker, lean, plain = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=20)
-    try:
-        yield lean.url, plain.url
-    finally:
-
-        async def stop() -> None:
-            await lean.stop(drain_timeout_s=1.0)
-            await plain.stop(drain_timeout_s=1.0)
-            await worker.stop()
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=20)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        loop.close()
+    """The body fuzz's worker and two routers (lean front; aiohttp only), shared by all
+    examples."""
+    with two_routers() as (lean, plain, _):
+        yield lean, plain
 
 
 async def _both(urls: tuple[str, str], data: bytes) -> tuple[bytes, bytes]:
