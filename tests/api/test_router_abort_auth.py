@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from tests.api.servers import serving_beyond_loopback
-from tests.router.helpers import chat, poll, routed
+from tests.router.helpers import leave_while_running, routed
 from tests.worker.helpers import make_config, run
 
 
@@ -19,20 +17,6 @@ def test_a_client_leaving_aborts_its_request_on_a_worker_beyond_loopback() -> No
             serving_beyond_loopback(config) as (url, runtime),
             routed([url], admin_token="s3cret") as (_, session),
         ):
-            waiting = asyncio.create_task(
-                session.post("/v1/chat/completions", json=chat(max_tokens=2000))
-            )
-
-            async def running() -> bool:
-                return bool(runtime.state()["running"] >= 1)
-
-            await poll(running, what="the worker to start the request")
-            waiting.cancel()  # closes the client's connection
-
-            async def aborted() -> bool:
-                engine = runtime.state()["engine"]
-                return bool(engine["aborted"] >= 1 and runtime.state()["running"] == 0)
-
-            await poll(aborted, what="the worker to abort the request")
+            await leave_while_running(session, runtime)
 
     run(body())

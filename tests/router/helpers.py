@@ -15,6 +15,7 @@ from aiohttp import web
 
 from fairserve.router.config import RouterConfig
 from fairserve.router.server import RouterServer
+from fairserve.worker.runtime import WorkerRuntime
 from fairserve.worker.server import WorkerServer
 from tests.worker.helpers import make_config
 
@@ -108,3 +109,22 @@ async def poll(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def leave_while_running(session: aiohttp.ClientSession, runtime: WorkerRuntime) -> None:
+    """Send a long non-streamed request, leave (close the connection) once the worker runs
+    it, and wait until the worker has aborted it: only the router's ``/abort_request`` can
+    end it, since a non-streamed answer writes nothing before its end."""
+    waiting = asyncio.create_task(session.post("/v1/chat/completions", json=chat(max_tokens=2000)))
+
+    async def running() -> bool:
+        return bool(runtime.state()["running"] >= 1)
+
+    await poll(running, what="the worker to start the request")
+    waiting.cancel()  # closes the client's connection
+
+    async def aborted() -> bool:
+        engine = runtime.state()["engine"]
+        return bool(engine["aborted"] >= 1 and runtime.state()["running"] == 0)
+
+    await poll(aborted, what="the worker to abort the request")

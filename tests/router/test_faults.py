@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.router.helpers import chat, get_json, poll, routed, sim_workers
+from tests.router.helpers import chat, get_json, leave_while_running, poll, routed, sim_workers
 from tests.worker.helpers import run, runtime_of
 from tests.worker.processes import free_port, read_ready_url, spawn, stop, worker_command
 
@@ -119,21 +119,7 @@ def test_client_leaving_a_non_streamed_request_aborts_it_upstream() -> None:
             routed([workers[0].url]) as (server, session),
         ):
             runtime = runtime_of(workers[0])
-            waiting = asyncio.create_task(
-                session.post("/v1/chat/completions", json=chat(max_tokens=2000))
-            )
-
-            async def running() -> bool:
-                return bool(runtime.state()["running"] >= 1)
-
-            await poll(running, what="the worker to start the request")
-            waiting.cancel()  # closes the client's connection
-
-            async def aborted() -> bool:
-                engine = runtime.state()["engine"]
-                return bool(engine["aborted"] >= 1 and runtime.state()["running"] == 0)
-
-            await poll(aborted, what="the worker to abort the request")
+            await leave_while_running(session, runtime)
             await poll(lambda: _idle(server), what="the router to account the abort")
             _, view = await get_json(session, "/fairserve/v1/state")
             assert view["clients"]["anonymous"]["aborted"] == 1
