@@ -84,19 +84,12 @@ def simulate(
 ) -> tuple[dict[str, Any], Any]:
     """One seeded run: (the DESIGN §7 report, the finished ClusterSim)."""
     from fairserve.sim.cluster import ClusterSim, SimConfig
-    from fairserve.sim.engine import EngineConfig
     from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
     from fairserve.sim.report import build_report
 
     prof = resolve_profile(profile or DEFAULT_PROFILE)
-    engine = EngineConfig(
-        kv_capacity_tokens=kv_capacity_tokens or prof.kv_capacity_tokens,
-        max_batch_tokens=prof.max_batch_tokens,
-        max_running_requests=prof.max_running_requests,
-        batching=batching,
-    )
     config = SimConfig(
-        engine=engine,
+        engine=prof.engine_config(batching, kv_capacity_tokens=kv_capacity_tokens),
         time_model=prof.batch_time(),
         policy=policy,
         dispatch=dispatch,

@@ -25,7 +25,7 @@ from fairserve.sched.registry import (
     make_local_policy,
 )
 from fairserve.sim.cluster import Progress, SimConfig, simulate
-from fairserve.sim.engine import DEFAULT_BATCHING, EngineConfig
+from fairserve.sim.engine import DEFAULT_BATCHING
 from fairserve.sim.profile import Profile
 from fairserve.sim.recorder import SimResult
 from fairserve.sim.report import build_report
@@ -188,14 +188,8 @@ class Bench:
         qw: dict[str, Any] = {} if worker_quantum is None else {"worker_quantum": worker_quantum}
         make_local_policy(spec.policy, **q)
         make_dispatcher(spec.dispatch, ["w0"], **qw)
-        engine = EngineConfig(
-            kv_capacity_tokens=self.profile.kv_capacity_tokens,
-            max_batch_tokens=self.profile.max_batch_tokens,
-            max_running_requests=self.profile.max_running_requests,
-            batching=self.batching,
-        )
         return SimConfig(
-            engine=engine,
+            engine=self.profile.engine_config(self.batching),
             time_model=self.profile.batch_time(),
             policy=spec.policy,
             dispatch=spec.dispatch,

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fairserve.core.cost import PiecewiseLinearBatchTime
+from fairserve.core.defaults import DEFAULT_BATCHING
 from fairserve.core.defaults import DEFAULT_PROFILE as DEFAULT_PROFILE
 from fairserve.core.errors import ConfigError, UnknownNameError
+from fairserve.sim.engine_types import EngineConfig
 
 SOURCES = ("measured", "simulated", "derived-from-published-data", "synthetic")
 """``simulated``: measured by ``fairserve profile`` against a simulated worker (its numbers
@@ -130,6 +132,21 @@ class Profile:
             b0_tokens=self.b0_tokens,
             attention_s_per_token=self.attention_s_per_token,
             step_overhead_s=self.step_overhead_s,
+        )
+
+    def engine_config(
+        self,
+        batching: str = DEFAULT_BATCHING,
+        kv_capacity_tokens: int | None = None,
+        max_running_requests: int | None = None,
+    ) -> EngineConfig:
+        """The engine this profile describes (KV pool, token budget, running-batch bound),
+        with the given batching discipline; ``None`` overrides keep the profile's values."""
+        return EngineConfig(
+            kv_capacity_tokens=kv_capacity_tokens or self.kv_capacity_tokens,
+            max_batch_tokens=self.max_batch_tokens,
+            max_running_requests=max_running_requests or self.max_running_requests,
+            batching=batching,
         )
 
     @property

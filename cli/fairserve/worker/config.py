@@ -64,12 +64,8 @@ class WorkerConfig:
         return self.profile.kv_capacity_tokens
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(
-            kv_capacity_tokens=self.profile.kv_capacity_tokens,
-            max_batch_tokens=self.profile.max_batch_tokens,
-            max_running_requests=self.max_running_requests or max_running_requests(self.profile),
-            batching=self.batching,
-        )
+        running = self.max_running_requests or max_running_requests(self.profile)
+        return self.profile.engine_config(self.batching, max_running_requests=running)
 
 
 MIN_RUNNING_REQUESTS = 32
