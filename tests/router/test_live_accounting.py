@@ -190,3 +190,17 @@ def test_a_client_that_was_served_and_left_is_judged_on_its_stay() -> None:
     view = ledger.window(60.0, 60.0)
     assert view.rates["leaves"] == pytest.approx(view.rates["stays"], rel=0.06)
     assert view.jain_index == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_stream_credited_per_token_keeps_two_points_per_sample_interval() -> None:
+    ledger = ServiceLedger()
+    ledger.add_client("a", 1.0, 0.0)
+    ledger.busy("a", 0.0)
+    for t in range(10):
+        for k in range(1000):  # a fast stream: a credit per token
+            ledger.credit("a", 2.0, t + k / 1000)
+        ledger.sample(t + 1.0)
+    assert len(ledger.clients["a"].points) <= 2 * 10 + 1
+    assert ledger.cumulative("a") == 20_000.0
+    view = ledger.window(10.0, 10.0)
+    assert view.rates["a"] == pytest.approx(2_000.0, rel=0.01)

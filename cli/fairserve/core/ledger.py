@@ -92,13 +92,21 @@ class ServiceLedger:
             self.clients[name].weight = weight
 
     def credit(self, name: str, service: float, now_s: float) -> None:
-        """``service`` delivered to ``name`` at ``now_s`` (negative: a correction)."""
+        """``service`` delivered to ``name`` at ``now_s`` (negative: a correction).
+
+        A stream credits every token, so between two samples a client keeps only its first
+        point (where its activity began) and its latest one (moved forward): at most two
+        points per sample interval, whatever the token rate."""
         history = self.clients[name]
         history.cumulative += service
-        if history.points and history.points[-1][0] == now_s:
-            history.points[-1] = (now_s, history.cumulative)
+        points = history.points
+        last_sample_s = self.samples[-1].t_s if self.samples else -math.inf
+        if (len(points) >= 2 and points[-2][0] >= last_sample_s) or (
+            points and points[-1][0] == now_s
+        ):
+            points[-1] = (now_s, history.cumulative)
         else:
-            history.points.append((now_s, history.cumulative))
+            points.append((now_s, history.cumulative))
 
     def busy(self, name: str, now_s: float) -> None:
         """``name`` has one more request inside the host."""
