@@ -23,7 +23,8 @@ from fairserve.core.ledger import MAX_WINDOW_S, ServiceLedger
 COST = WeightedTokenCost()
 SAMPLE_INTERVAL_S = 1.0
 """As the router samples who is backlogged (``sample_interval_s``)."""
-_OUTPUT_PIECES = 8
+OUTPUT_PIECES = 8
+"""An answer's output service is credited in this many steps between first token and end."""
 
 # Event order at one instant: arrivals first, then service, then departures.
 _BUSY, _CREDIT, _IDLE = 0, 1, 2
@@ -37,7 +38,7 @@ def live_fairness(
     ledger = ServiceLedger()
     for name, weight in weights.items():
         ledger.add_client(name, weight, 0.0)
-    events = sorted(_events(attempts, end_s))
+    events = sorted(_events(list(attempts), end_s))
     next_sample_s = SAMPLE_INTERVAL_S
     for t_s, kind, client, amount in events:
         while next_sample_s <= t_s:
@@ -65,18 +66,30 @@ def live_fairness(
     }
 
 
-def _events(attempts: Iterable[Attempt], end_s: float) -> Iterable[tuple[float, int, str, float]]:
+def service_events(attempts: Iterable[Attempt]) -> list[tuple[float, str, float]]:
+    """``(t_s, client, service)`` of every answered call, as the client saw it arrive: the
+    prompt at the first token, the output in ``OUTPUT_PIECES`` even steps until the end
+    (the report's service curve and this ledger both read it)."""
+    events: list[tuple[float, str, float]] = []
+    for a in attempts:
+        if not a.ok or a.finish_s is None:
+            continue
+        first_s = a.first_token_s if a.first_token_s is not None else a.finish_s
+        events.append((first_s, a.client, COST.w_e * a.prompt_tokens))
+        pieces = max(1, min(OUTPUT_PIECES, a.completion_tokens))
+        share = COST.w_q * a.completion_tokens / pieces
+        step_s = (a.finish_s - first_s) / pieces
+        events.extend((first_s + (k + 1) * step_s, a.client, share) for k in range(pieces))
+    return events
+
+
+def _events(attempts: list[Attempt], end_s: float) -> list[tuple[float, int, str, float]]:
+    """The ledger's events: busy when sent, service as it arrived, idle at the end."""
+    events = [(t_s, _CREDIT, client, service) for t_s, client, service in service_events(attempts)]
     for a in attempts:
         if a.sent_s is None:
             continue
         finish_s = a.finish_s if a.finish_s is not None else end_s
-        yield (a.sent_s, _BUSY, a.client, 0.0)
-        if a.ok and a.finish_s is not None:
-            first_s = a.first_token_s if a.first_token_s is not None else a.finish_s
-            yield (first_s, _CREDIT, a.client, COST.w_e * a.prompt_tokens)
-            pieces = max(1, min(_OUTPUT_PIECES, a.completion_tokens))
-            share = COST.w_q * a.completion_tokens / pieces
-            step_s = (a.finish_s - first_s) / pieces
-            for k in range(pieces):
-                yield (first_s + (k + 1) * step_s, _CREDIT, a.client, share)
-        yield (finish_s if math.isfinite(finish_s) else end_s, _IDLE, a.client, 0.0)
+        events.append((a.sent_s, _BUSY, a.client, 0.0))
+        events.append((finish_s if math.isfinite(finish_s) else end_s, _IDLE, a.client, 0.0))
+    return events

@@ -26,23 +26,17 @@ from collections import Counter
 from typing import Any
 
 from fairserve.bench.client import OK, SKIPPED, UNFINISHED, Attempt
-from fairserve.bench.fairness import live_fairness
+from fairserve.bench.fairness import live_fairness, service_events
 from fairserve.bench.runner import BenchResult
-from fairserve.core.cost import WeightedTokenCost
 from fairserve.core.metrics import ServiceSample, sample_at
 from fairserve.sim.engine import EngineStats
 from fairserve.sim.recorder import ClientCounters, RequestRecord, SimResult
 from fairserve.sim.report import build_report
 
-COST = WeightedTokenCost()
-W_E = COST.w_e
-W_Q = COST.w_q
 NOT_ERRORS = frozenset({UNFINISHED, SKIPPED})
 """Outcomes that end a call without a failure: the run ended first."""
 SAMPLES = 500
 """Points on the service grid (fairness metrics and plots read it)."""
-_OUTPUT_PIECES = 8
-"""An answer's output service is credited in this many steps between first token and end."""
 
 
 def bench_report(result: BenchResult) -> dict[str, Any]:
@@ -162,21 +156,6 @@ def _counters(attempts: list[Attempt], names: list[str]) -> dict[str, ClientCoun
     return counters
 
 
-def _service_events(attempts: list[Attempt]) -> list[tuple[float, str, float]]:
-    """``(t_s, client, service)``: the prompt at the first token, output in even steps."""
-    events: list[tuple[float, str, float]] = []
-    for a in attempts:
-        if not a.ok or a.finish_s is None:
-            continue
-        first_s = a.first_token_s if a.first_token_s is not None else a.finish_s
-        events.append((first_s, a.client, W_E * a.prompt_tokens))
-        pieces = max(1, min(_OUTPUT_PIECES, a.completion_tokens))
-        share = W_Q * a.completion_tokens / pieces
-        step_s = (a.finish_s - first_s) / pieces
-        events.extend((first_s + (k + 1) * step_s, a.client, share) for k in range(pieces))
-    return events
-
-
 def _backlog_events(attempts: list[Attempt], end_s: float) -> list[tuple[float, str, int, int]]:
     """``(t_s, client, outstanding delta, waiting delta)`` for every call sent."""
     events: list[tuple[float, str, int, int]] = []
@@ -194,7 +173,7 @@ def _samples(
     attempts: list[Attempt], names: list[str], end_s: float
 ) -> tuple[list[ServiceSample], list[tuple[float, int]]]:
     """Cumulative service and the backlogged set on a grid; calls waiting for a first token."""
-    service = sorted(_service_events(attempts))
+    service = sorted(service_events(attempts))
     backlog = sorted(_backlog_events(attempts, end_s), key=lambda e: e[0])
     cumulative = dict.fromkeys(names, 0.0)
     outstanding = dict.fromkeys(names, 0)
