@@ -18,7 +18,7 @@ from typing import Any
 
 from fairserve.bench.client import Attempt
 from fairserve.core.cost import WeightedTokenCost
-from fairserve.core.ledger import MAX_WINDOW_S, ServiceLedger
+from fairserve.core.ledger import MAX_WINDOW_S, SERVICE_UNIT, ServiceLedger
 
 COST = WeightedTokenCost()
 SAMPLE_INTERVAL_S = 1.0
@@ -61,7 +61,7 @@ def live_fairness(
         "clients_judged": len(view.rates),
         "jain_index": view.jain_index,
         "service_gap": view.service_gap.value,
-        "unit": "service units: w_e·prompt + w_q·output tokens, divided by the client's weight",
+        "unit": SERVICE_UNIT,
         "definition": "as the router's /fairserve/v1/state and top (core.ledger)",
     }
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from fairserve.core.errors import ConfigError
 from fairserve.core.metrics import ServiceGap, ServiceSample, jain_index, max_service_gap
 
+SERVICE_UNIT = "service units: w_e·prompt + w_q·output tokens, divided by the client's weight"
+"""What the ledger's rates and gaps are measured in (every view labels them with it)."""
 DEFAULT_WINDOW_S = 60.0
 MAX_WINDOW_S = 600.0
 """The longest window a reader may ask for; history older than this is dropped."""

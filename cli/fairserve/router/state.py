@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import fairserve
 from fairserve.api.jsonsafe import json_safe as json_safe  # the one rule; handlers import it here
-from fairserve.core.ledger import DEFAULT_WINDOW_S, WindowView
+from fairserve.core.ledger import DEFAULT_WINDOW_S, SERVICE_UNIT, WindowView
 from fairserve.router.identity import auth_mode
 from fairserve.router.upstream import Upstream
 from fairserve.sched.local.base import local_policy_class
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 DEFAULT_CLIENT_LIMIT = 1000
 """Clients listed in one state read (the busiest first); ``limit`` asks for more or fewer."""
-SERVICE_UNIT = "service units: w_e·prompt + w_q·output tokens, divided by the client's weight"
 
 
 def snapshot(
@@ -72,7 +71,7 @@ def snapshot(
             "auth_mode": auth_mode(router.config.clients, router.config.trust_identity_header),
         },
         "quantum": quantum_view(router),
-        "fairness": _fairness(router, view, window_s),
+        "fairness": _fairness(view, window_s),
         "jain_index": 1.0 if view is None else view.jain_index,
         "jain_window_s": None if window is None else [window[0] - router.started_s,
                                                       window[1] - router.started_s],
@@ -87,7 +86,7 @@ def snapshot(
     }  # fmt: skip
 
 
-def _fairness(router: Router, view: WindowView | None, window_s: float) -> dict[str, Any]:
+def _fairness(view: WindowView | None, window_s: float) -> dict[str, Any]:
     """Jain's index and the service gap with what they cover, so no figure goes unlabelled."""
     gap = None if view is None else view.service_gap
     return {
