@@ -18,7 +18,7 @@ from typing import Any
 
 from fairserve.bench.client import Attempt
 from fairserve.core.cost import WeightedTokenCost
-from fairserve.core.ledger import MAX_WINDOW_S, SERVICE_UNIT, ServiceLedger
+from fairserve.core.ledger import MAX_WINDOW_S, ServiceLedger
 
 COST = WeightedTokenCost()
 SAMPLE_INTERVAL_S = 1.0
@@ -55,13 +55,7 @@ def live_fairness(
     window_s = min(MAX_WINDOW_S, max(end_s, 1e-9))
     view = ledger.window(window_s, end_s)
     return {
-        "window_s": window_s,
-        "weighted": True,
-        "span_s": view.end_s - view.start_s,
-        "clients_judged": len(view.rates),
-        "jain_index": view.jain_index,
-        "service_gap": view.service_gap.value,
-        "unit": SERVICE_UNIT,
+        **view.to_json(),
         "definition": "as the router's /fairserve/v1/state and top (core.ledger)",
     }
 

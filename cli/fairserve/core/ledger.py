@@ -25,6 +25,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.metrics import ServiceGap, ServiceSample, jain_index, max_service_gap
@@ -67,6 +68,21 @@ class WindowView:
     service_gap: ServiceGap
     gap_clients: int
     """Backlogged clients the gap was computed over (capped at ``GAP_MAX_CLIENTS``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The labelled figures every view shows (router state, ``top``, bench)."""
+        gap = self.service_gap
+        return {
+            "window_s": self.window_s,
+            "weighted": self.weighted,
+            "span_s": self.end_s - self.start_s,
+            "clients_judged": len(self.rates),
+            "jain_index": self.jain_index,
+            "service_gap": gap.value,
+            "service_gap_clients": None if gap.clients is None else list(gap.clients),
+            "service_gap_considered": self.gap_clients,
+            "unit": SERVICE_UNIT,
+        }
 
 
 class ServiceLedger:

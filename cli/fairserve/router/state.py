@@ -87,18 +87,15 @@ def snapshot(
 
 
 def _fairness(view: WindowView | None, window_s: float) -> dict[str, Any]:
-    """Jain's index and the service gap with what they cover, so no figure goes unlabelled."""
-    gap = None if view is None else view.service_gap
+    """Jain's index and the service gap with what they cover, so no figure goes unlabelled
+    (before any client: fair, no gap)."""
+    figures = view.to_json() if view is not None else {
+        "window_s": window_s, "weighted": True, "span_s": None, "clients_judged": 0,
+        "jain_index": 1.0, "service_gap": 0.0, "service_gap_clients": None,
+        "service_gap_considered": 0, "unit": SERVICE_UNIT,
+    }  # fmt: skip
     return {
-        "window_s": window_s,
-        "weighted": True,
-        "span_s": None if view is None else view.end_s - view.start_s,
-        "clients_judged": 0 if view is None else len(view.rates),
-        "jain_index": 1.0 if view is None else view.jain_index,
-        "service_gap": 0.0 if gap is None else gap.value,
-        "service_gap_clients": None if gap is None or gap.clients is None else list(gap.clients),
-        "service_gap_considered": 0 if view is None else view.gap_clients,
-        "unit": SERVICE_UNIT,
+        **figures,
         "live": "streamed requests are credited as tokens arrive; others when they end",
     }
 
