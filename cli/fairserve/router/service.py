@@ -75,9 +75,10 @@ def build_queue_policy(config: RouterConfig, weights: Mapping[str, float] | None
     params = dict(config.policy_params)
     if config.quantum is not None:
         params["quantum"] = config.quantum
-    if config.policy == "justitia" and "clock" not in params:
-        # The router sees no decode iterations, only time: Justitia's virtual clock runs on
-        # seconds times an iteration rate (set justitia.steps_per_s to the engine's 1/c).
+    declared = {param.name for param in local_policy_class(config.policy).params}
+    if "clock" in declared and "clock" not in params:
+        # The router's queue sees no decode iterations, only time: a policy whose clock can
+        # count either runs on seconds times an iteration rate (steps_per_s: the engine's 1/c).
         params["clock"] = "seconds"
         params.setdefault("steps_per_s", ROUTER_JUSTITIA_STEPS_PER_S)
     live = config.weights if weights is None else weights
