@@ -14,7 +14,7 @@ import pytest
 
 import fairserve.sglang
 from fairserve.sglang import hooks, plugin, targets
-from fairserve.sglang.control import SetQuantum
+from fairserve.sglang.control import PolicyChange
 from tests.fakes.sglang import (
     AddReqResult,
     FakeScheduler,
@@ -99,7 +99,7 @@ def test_without_a_host_every_hook_leaves_sglang_alone() -> None:
     req.full_untruncated_fill_ids = req.origin_input_ids
     result = hooks.admit_one(PrefillAdder.add_one_req, adder, req, has_chunked_req=False)
     assert result is AddReqResult.CONTINUE and adder.can_run_list == [req]
-    assert hooks.apply_controls(object(), [SetQuantum(1.0, 1)]) is None
+    assert hooks.apply_controls(object(), [PolicyChange(1.0, 1)]) is None
     assert hooks.leader_poll([], object()) is None
 
 

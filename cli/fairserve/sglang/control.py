@@ -40,10 +40,6 @@ class PolicyChange:
             policy.set_weight(*self.weight)
 
 
-SetQuantum = PolicyChange
-"""The name the scheduler hooks match messages by (from when only quanta travelled)."""
-
-
 class ControlChannel:
     """Messages waiting for the leader's next iteration, and waiters for their application."""
 

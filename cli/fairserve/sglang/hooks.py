@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from fairserve.sglang.config import PluginConfig, build_policy
-from fairserve.sglang.control import SetQuantum
+from fairserve.sglang.control import PolicyChange
 from fairserve.sglang.evictions import is_cache_recorder, is_device_medium, node_tokens
 from fairserve.sglang.extension import ExtensionServer
 from fairserve.sglang.host import PolicyHost
@@ -126,10 +126,10 @@ def apply_controls(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str
     host = PLUGIN.host
     keyword = "recv_reqs" in kwargs
     reqs = kwargs["recv_reqs"] if keyword else (args[1] if len(args) > 1 else None)
-    if host is None or not reqs or not any(isinstance(r, SetQuantum) for r in reqs):
+    if host is None or not reqs or not any(isinstance(r, PolicyChange) for r in reqs):
         return None
-    host.apply_controls([r for r in reqs if isinstance(r, SetQuantum)])
-    kept = [r for r in reqs if not isinstance(r, SetQuantum)]
+    host.apply_controls([r for r in reqs if isinstance(r, PolicyChange)])
+    kept = [r for r in reqs if not isinstance(r, PolicyChange)]
     if keyword:
         return args, {**kwargs, "recv_reqs": kept}
     return (args[0], kept, *args[2:]), kwargs
