@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from fairserve.api.admin_client import AdminClient
 from fairserve.commands.app import run
-from fairserve.tuning.client import RouterClient
 from tests.tuning.live import HEAVY_LIGHT, live_cluster
 
 TARGET = 0.9
@@ -27,7 +27,7 @@ def test_auto_tuner_reaches_a_quantum_meeting_the_target(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with live_cluster(load=HEAVY_LIGHT) as live:
-        router = RouterClient(live.url, live.token)
+        router = AdminClient(live.url, live.token)
         router.set_quantum(START)
         argv = ["tune", "quantum", "--auto", "--target-jain", str(TARGET)]
         argv += ["--min-quantum", "512", "--max-quantum", str(START), "--max-step", "4"]

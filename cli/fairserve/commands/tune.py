@@ -32,8 +32,8 @@ from fairserve.core.defaults import DEFAULT_PROFILE
 from fairserve.core.errors import ConfigError, FairserveError
 
 if TYPE_CHECKING:
+    from fairserve.api.admin_client import AdminClient
     from fairserve.tuning.auto import TuneResult
-    from fairserve.tuning.client import RouterClient
     from fairserve.tuning.sweep import SweepResult
 
 app = typer.Typer(no_args_is_help=True, help="Tune the fairness quantum and client weights.")
@@ -247,7 +247,7 @@ def weight(
 
 
 # ---------------------------------------------------------------------- live modes
-def _show(out: Output, router: RouterClient, max_request_cost: float | None) -> None:
+def _show(out: Output, router: AdminClient, max_request_cost: float | None) -> None:
     from fairserve.tuning import render
     from fairserve.tuning.bounds import quantum_report
 
@@ -259,7 +259,7 @@ def _show(out: Output, router: RouterClient, max_request_cost: float | None) -> 
 
 def _set(
     out: Output,
-    router: RouterClient,
+    router: AdminClient,
     value: float | None,
     worker: float | None,
     max_request_cost: float | None,
@@ -372,7 +372,7 @@ def _sweep(
         out.note(f"applied on {router.url}: Q^u {data['applied']['quantum']:g}")
 
 
-def _apply(router: RouterClient, result: SweepResult) -> dict[str, Any]:
+def _apply(router: AdminClient, result: SweepResult) -> dict[str, Any]:
     best = result.recommended
     if best is None:
         raise FairserveError("nothing to apply: the sweep has no rows")
@@ -384,13 +384,13 @@ def _apply(router: RouterClient, result: SweepResult) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- plumbing
-def _connect(url: str | None, token: str | None) -> RouterClient:
+def _connect(url: str | None, token: str | None) -> AdminClient:
     from fairserve.tuning.client import connect
 
     return connect(url, token)
 
 
-def _connect_checked(url: str | None, token: str | None) -> RouterClient:
+def _connect_checked(url: str | None, token: str | None) -> AdminClient:
     """For --apply: the router must answer before the sweep spends its time."""
     with _reaching():
         router = _connect(url, token)

@@ -27,7 +27,7 @@ from fairserve.tuning.observe import observe
 
 
 class Router(Protocol):
-    """What the loop needs of :class:`~fairserve.tuning.client.RouterClient` (read-only
+    """What the loop needs of :class:`~fairserve.api.admin_client.AdminClient` (read-only
     views of its typed documents, ``fairserve.api.router_schema``)."""
 
     def state(self) -> Mapping[str, Any]: ...
