@@ -1,20 +1,24 @@
 """Router overhead benchmark: requests/s and latency with instant upstreams (DESIGN §8).
 
 Cases, against two upstreams that answer a small completion at once: ``direct``,
-``fairserve``, ``fairserve-base`` (``--compare-cli``), ``fairserve-NAME`` (``--variant``) and
-``sglang-router`` (Rust, PyPI; ``--sglang-policy``). All servers run throughout and the
+``fairserve``, ``fairserve-base`` (``--compare-cli``), ``fairserve-NAME`` (``--variant``),
+``sglang-router-POLICY`` (Rust, PyPI; ``--sglang-policy``) and ``smg-POLICY`` (its
+successor, PyPI, the ``perf`` extra; ``--smg-policy``). All servers run throughout and the
 cases are interleaved over ``--rounds`` rounds, under load and with one client (the latency
 added without queueing), so that other load on the machine hits all alike; ratios are taken
 within each round. ``--harness lean`` (raw asyncio HTTP/1.1 load generator and upstreams)
 leaves more CPU to the routers than ``aiohttp``. Each router's CPU time per request (its
-processes, all threads) is reported too: fairserve's router is one Python thread, so its
-requests/s are capped at one core's worth, while ``sglang-router`` spreads its work over
-threads. ``--prompt-words N`` sends prompts of about N words (the router tokenizes each for
-its prefix tree; the default is one sentence), all alike (a shared document) or, with
-``--unique-prompts``, no two sharing any text. Not a test: nothing asserts a speed. Run::
+processes, all threads and children) is reported too: fairserve's router is one Python
+thread, so its requests/s are capped at one core's worth, while the compiled routers
+spread their work over threads. Prompts: ``--prompt-case sentence|shared|unique|all`` (one
+sentence; about ``--prompt-words`` words, default 2,000, all alike (a shared document);
+as long, no two sharing any text), several cases in the same rounds, with a cross-case
+table at the end; or one case by ``--prompt-words N [--unique-prompts]``. Not a test:
+nothing asserts a speed. The issue-23 comparison::
 
-    python tests/perf/bench_router.py [--rounds 3] [--duration 3] [--harness lean] [--json]
-        [--prompt-words 2000 [--unique-prompts]]
+    python tests/perf/bench_router.py --harness lean --rounds 3 --prompt-case all \
+        --sglang-policy round_robin --sglang-policy cache_aware \
+        --smg-policy cache_aware --smg-policy round_robin
 """
 
 from __future__ import annotations
@@ -210,11 +214,15 @@ def _start(
 
 
 def cpu_s(procs: list[subprocess.Popen[bytes]]) -> float:
-    """User + system CPU seconds used so far by ``procs`` (threads included)."""
+    """User + system CPU seconds used so far by ``procs``: all their threads, their live
+    descendants, and the children they have already waited for."""
     total = 0.0
     for proc in procs:
-        times = psutil.Process(proc.pid).cpu_times()
-        total += times.user + times.system
+        top = psutil.Process(proc.pid)
+        for one in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = one.cpu_times()
+                total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
@@ -235,9 +243,12 @@ def fairserve_argv(port: int, ups: list[str], extra: list[str]) -> list[str]:
             *(x for url in ups for x in ("--worker-url", url))]  # fmt: skip
 
 
-def sglang_argv(port: int, ups: list[str], policy: str) -> list[str]:
+def sglang_argv(port: int, ups: list[str], policy: str, module: str) -> list[str]:
+    """A compiled router: ``sglang_router.launch_router`` or its successor ``smg launch``
+    (same flags, both PyPI)."""
+    launcher = ["sglang_router.launch_router"] if module == "sglang-router" else ["smg", "launch"]
     return [
-        sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *ups,
+        sys.executable, "-m", *launcher, "--worker-urls", *ups,
         "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
         "--prometheus-port", str(free_port()), "--policy", policy, "--log-level", "warn",
     ]  # fmt: skip
@@ -287,15 +298,22 @@ async def _lean_sender(urls: list[str], bodies: Bodies, stack: contextlib.AsyncE
     return send
 
 
-async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[str, Any]:
+PromptCase = tuple[str, int, bool]
+"""(name, words, unique): what ``request_bodies`` sends."""
+
+
+async def load(
+    urls: list[str], args: argparse.Namespace, clients: int, case: PromptCase
+) -> dict[str, Any]:
     """``clients`` closed-loop clients for ``args.duration`` (``args.single_duration`` for
-    one client) after ``args.warmup``: requests/s and latency percentiles."""
+    one client) after ``args.warmup``, sending ``case``'s prompts: requests/s and latency
+    percentiles."""
     duration_s = args.duration if clients > 1 else args.single_duration
     latencies: list[float] = []
     errors = sent = 0
     async with contextlib.AsyncExitStack() as stack:
         make = _lean_sender if args.harness == "lean" else _aiohttp_sender
-        send = await make(urls, request_bodies(args.prompt_words, args.unique_prompts), stack)
+        send = await make(urls, request_bodies(case[1], case[2]), stack)
         measure_from = time.perf_counter() + args.warmup
         stop_at = measure_from + duration_s
 
@@ -324,7 +342,10 @@ async def load(urls: list[str], args: argparse.Namespace, clients: int) -> dict[
 
 
 def measure(
-    urls: list[str], args: argparse.Namespace, procs: list[subprocess.Popen[bytes]]
+    urls: list[str],
+    args: argparse.Namespace,
+    procs: list[subprocess.Popen[bytes]],
+    case: PromptCase,
 ) -> dict[str, Any]:
     """One case in one round: under load, then (``--single-duration`` > 0) one client.
 
@@ -333,16 +354,46 @@ def measure(
     can use."""
     _uvloop()
     cpu0 = cpu_s(procs)
-    out = {"load": asyncio.run(load(urls, args, args.concurrency))}
+    out = {"load": asyncio.run(load(urls, args, args.concurrency, case))}
     if procs:
         sent = out["load"]["sent"]
         out["load"]["cpu_us_per_request"] = (cpu_s(procs) - cpu0) / sent * 1e6 if sent else None
     if args.single_duration > 0:
-        out["single"] = asyncio.run(load(urls, args, 1))
+        out["single"] = asyncio.run(load(urls, args, 1, case))
     return out
 
 
 # ------------------------------------------------------------------ main
+PROMPT_CASES = ("sentence", "shared", "unique")
+"""``--prompt-case`` names: one short sentence; a long document every request shares; long
+prompts no two of which share any text (the issue-23 table's rows)."""
+LONG_PROMPT_WORDS = 2000
+
+
+def prompt_cases(args: argparse.Namespace) -> list[tuple[str, int, bool]]:
+    """(name, words, unique) per prompt case to run: ``--prompt-case`` (``all``: the three),
+    else the one ``--prompt-words``/``--unique-prompts`` describe."""
+    chosen = args.prompt_case or []
+    if "all" in chosen:
+        chosen = list(PROMPT_CASES)
+    if not chosen:
+        name = (
+            "sentence" if args.prompt_words <= 0 else "unique" if args.unique_prompts else "shared"
+        )
+        return [(name, args.prompt_words, args.unique_prompts)]
+    words = args.prompt_words if args.prompt_words > 0 else LONG_PROMPT_WORDS
+    cases = {"sentence": (0, False), "shared": (words, False), "unique": (words, True)}
+    return [(name, *cases[name]) for name in dict.fromkeys(chosen)]
+
+
+def compiled_routers(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(launcher, policy) per compiled router case: ``sglang-router`` and ``smg``."""
+    if args.skip_sglang:
+        return []
+    sglang = [("sglang-router", p) for p in args.sglang_policy or ["round_robin"]]
+    return sglang + [("smg", p) for p in args.smg_policy or []]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.serve_upstream:
@@ -353,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     upstreams = [f"http://127.0.0.1:{p}" for p in ports]
     targets: dict[str, list[str]] = {"direct": upstreams}
     procs: dict[str, list[subprocess.Popen[bytes]]] = {"direct": []}
+    cases = prompt_cases(args)
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in cases}
     with contextlib.ExitStack() as stack:
         for port, url in zip(ports, upstreams, strict=True):
             stack.enter_context(process([*me, "--serve-upstream", str(port)], url + "/health"))
@@ -367,18 +420,26 @@ def main(argv: list[str] | None = None) -> int:
             argv_of = partial(fairserve_argv, ups=upstreams, extra=extra)
             url, proc = _start(stack, argv_of, cli)
             targets[name], procs[name] = [url], [proc]
-        for policy in [] if args.skip_sglang else args.sglang_policy or ["round_robin"]:
-            name = "sglang-router" + ("" if policy == "round_robin" else f"-{policy}")
-            url, proc = _start(stack, partial(sglang_argv, ups=upstreams, policy=policy))
+        for launcher, policy in compiled_routers(args):
+            name = f"{launcher}-{policy}"
+            argv_of = partial(sglang_argv, ups=upstreams, policy=policy, module=launcher)
+            url, proc = _start(stack, argv_of)
             targets[name], procs[name] = [url], [proc]
             wait_sglang_workers(targets[name][0], 2)
-        rounds = []
         names = list(targets)
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
-            rounds.append({name: measure(targets[name], args, procs[name]) for name in order})
-    report = summarise(rounds, args)
-    print(json.dumps(report, indent=2) if args.json else render(report))
+            for case in cases:
+                measured = {name: measure(targets[name], args, procs[name], case) for name in order}
+                rounds[case[0]].append(measured)
+    reports = [
+        summarise(rounds[name], args, (name, words, unique)) for name, words, unique in cases
+    ]
+    if args.json:
+        print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
+    else:
+        print("\n\n".join(render(report) for report in reports))
+        print("\n" + render_table(reports))
     return 0
 
 
@@ -397,6 +458,10 @@ def _parser() -> argparse.ArgumentParser:
         "token, and the router tokenizes every prompt for its prefix tree.")  # fmt: skip
     add("--unique-prompts", action="store_true",
         help="No two prompts share a prefix (each starts with its request number).")  # fmt: skip
+    add("--prompt-case", action="append", choices=(*PROMPT_CASES, "all"),
+        help="Prompt case, repeatable, run in the same rounds (replaces --unique-prompts): "
+        "sentence (one sentence), shared (--prompt-words, default 2000, all alike), unique "
+        "(as long, no two alike); all: the three, and the cross-case table.")  # fmt: skip
     add("--harness", choices=("aiohttp", "lean"), default="aiohttp",
         help="Load generator and upstreams (see the module docstring).")  # fmt: skip
     add("--dispatch", default="doubleq", help="fairserve router --dispatch.")
@@ -412,14 +477,20 @@ def _parser() -> argparse.ArgumentParser:
     add("--sglang-policy", action="append", metavar="POLICY",
         help="sglang-router --policy, repeatable (default round_robin; its own default is "
         "cache_aware).")  # fmt: skip
-    add("--skip-sglang", action="store_true")
+    add("--smg-policy", action="append", metavar="POLICY",
+        help="Also run smg (sglang-router's successor, PyPI, the perf extra) with this "
+        "--policy, repeatable (default: not run).")  # fmt: skip
+    add("--skip-sglang", action="store_true", help="Run neither sglang-router nor smg.")
     add("--json", action="store_true")
     add("--serve-upstream", type=int, help=argparse.SUPPRESS)
     return parser
 
 
-def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """Medians per case over the rounds; ratios within each round, then their median."""
+def summarise(
+    rounds: list[dict[str, Any]], args: argparse.Namespace, case: PromptCase
+) -> dict[str, Any]:
+    """Medians per router over the rounds of one prompt case; ratios within each round,
+    then their median."""
     cases: dict[str, Any] = {}
     for name in rounds[0]:
         loaded = [r[name]["load"] for r in rounds]
@@ -448,10 +519,10 @@ def summarise(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[st
         "duration",
         "single_duration",
         "rounds",
-        "prompt_words",
-        "unique_prompts",
     )
-    return {**{k: getattr(args, k) for k in keys}, "cpus": os.cpu_count(), "cases": cases,
+    name, words, unique = case
+    return {**{k: getattr(args, k) for k in keys}, "prompt_case": name, "prompt_words": words,
+            "unique_prompts": unique, "cpus": os.cpu_count(), "cases": cases,
             "ratios": ratios, "per_round": rounds}  # fmt: skip
 
 
@@ -475,10 +546,14 @@ def _ratios(r: dict[str, Any]) -> dict[str, float]:
                 out[f"{name}/direct rps"] = case["requests_per_s"] / direct["requests_per_s"]
             out[f"{name} added p50 ms{label}"] = case["p50_ms"] - direct["p50_ms"]
             out[f"{name} added p99 ms{label}"] = case["p99_ms"] - direct["p99_ms"]
+    mine = r["fairserve"]["load"]
     for base in routers:
         if base != "fairserve" and r[base]["load"]["requests_per_s"]:
             rps = r[base]["load"]["requests_per_s"]
-            out[f"fairserve/{base} rps"] = r["fairserve"]["load"]["requests_per_s"] / rps
+            out[f"fairserve/{base} rps"] = mine["requests_per_s"] / rps
+        cpu = r[base]["load"].get("cpu_us_per_request")
+        if base != "fairserve" and cpu and mine.get("cpu_us_per_request") is not None:
+            out[f"fairserve/{base} cpu"] = mine["cpu_us_per_request"] / cpu
     return out
 
 
@@ -507,6 +582,45 @@ def render(report: dict[str, Any]) -> str:
     for name, v in report["ratios"].items():
         lines.append(f"{name:50} {v['median']:8.3f} {v['min']:8.3f} {v['max']:8.3f}")
     return "\n".join(lines)
+
+
+_CASE_LABELS = {"sentence": "one sentence", "shared": "{} words, shared",
+                "unique": "{} words, no two alike"}  # fmt: skip
+
+
+def render_table(reports: list[dict[str, Any]]) -> str:
+    """The cross-case table (issue 23's shape): one row per prompt case, per router its
+    requests/s (CPU µs per request), the ratios fairserve / smg cache_aware (requests/s)
+    and fairserve / the cheapest compiled router (CPU), then the p50 latency each adds with
+    one client (its p50 minus direct's, per round, median)."""
+    routers = [name for name in reports[0]["cases"] if name != "direct"]
+    compiled = [name for name in routers if not name.startswith("fairserve")]
+    head = ["prompt", *routers, "fairserve/smg-cache_aware req/s", "fairserve/best compiled CPU"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    added = ["| prompt | " + " | ".join(f"{n} added p50 ms (1 client)" for n in routers) + " |",
+             "|" + "---|" * (len(routers) + 1)]  # fmt: skip
+    for report in reports:
+        label = _CASE_LABELS[report["prompt_case"]].format(f"{report['prompt_words']:,}")
+        cells = [label]
+        for name in routers:
+            c = report["cases"][name]
+            cpu = c["cpu_us_per_request"]
+            cells.append(f"{c['requests_per_s']:,.0f} ({'-' if cpu is None else f'{cpu:.0f}'})")
+        ratios = report["ratios"]
+        smg = ratios.get("fairserve/smg-cache_aware rps")
+        cells.append("-" if smg is None else f"{smg['median']:.2f}")
+        cpus = [ratios[f"fairserve/{n} cpu"]["median"] for n in compiled
+                if f"fairserve/{n} cpu" in ratios]  # fmt: skip
+        # the cheapest compiled router has the largest fairserve/it ratio
+        cells.append(f"{max(cpus):.2f}" if cpus else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+        ms = [ratios.get(f"{n} added p50 ms (1 client)") for n in routers]
+        shown = ("-" if m is None else f"{m['median']:.3f}" for m in ms)
+        added.append(f"| {label} | " + " | ".join(shown) + " |")
+    first = reports[0]
+    title = (f"{first['rounds']} rounds, {first['concurrency']} clients, harness "
+             f"{first['harness']}, {first['cpus']} CPUs: req/s (CPU us/req), medians")  # fmt: skip
+    return "\n".join([title, *lines, "", *added])
 
 
 if __name__ == "__main__":
