@@ -142,12 +142,20 @@ def test_lone_surrogates_are_refused_wherever_text_is_used() -> None:
 
 
 def test_the_context_check_names_the_limit_and_what_was_asked() -> None:
-    spec = parse_completion(_completion(max_tokens=100), NO_HEADERS)  # 2 prompt tokens
-    check_context(spec, 102)
+    # "hello there": 11 bytes, three 4-byte key units: an estimate of 3 prompt tokens.
+    spec = parse_completion(_completion(max_tokens=100), NO_HEADERS)
+    check_context(spec, 103)
     check_context(spec, None)  # unknown: nothing to check
-    message = _refused(check_context, spec, 101)
+    message = _refused(check_context, spec, 102)
     assert message == (
-        "This model's maximum context length is 101 tokens. However, you requested 102 "
-        "tokens (2 in the prompt, 100 for the completion). Please reduce the length of the "
+        "This model's maximum context length is 102 tokens. However, you requested 103 "
+        "tokens (3 in the prompt, 100 for the completion). Please reduce the length of the "
         "prompt or of the completion (max_tokens)."
     )
+    # A worker checks with its own count of the prompt's tokens (here 2 words).
+    check_context(spec, 102, prompt_tokens=2)
+    assert "(2 in the prompt" in _refused(check_context, spec, 101, 2)
+    # Token ids are counted exactly.
+    ids = parse_completion(_completion(prompt=[1, 2], max_tokens=100), NO_HEADERS)
+    check_context(ids, 102)
+    assert "(2 in the prompt" in _refused(check_context, ids, 101)

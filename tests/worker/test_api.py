@@ -15,8 +15,9 @@ from fairserve.core.openai_api import (
     parse_completion,
     parse_generate,
     parse_json,
+    render_chat,
 )
-from fairserve.core.tokenizer import render_chat, tokenize
+from fairserve.core.prefix_key import text_key
 
 NO_HEADERS: dict[str, str] = {}
 
@@ -30,7 +31,8 @@ def refusal(parse: Any, body: dict[str, Any]) -> str:
 
 def test_generate_from_text_with_defaults() -> None:
     spec = parse_generate({"text": "Hello world"}, NO_HEADERS)
-    assert spec.prompt_ids == tokenize("Hello world")
+    assert (spec.prompt_text, spec.prompt_key) == ("Hello world", text_key("Hello world"))
+    assert spec.prompt_tokens == 3  # 11 bytes: three 4-byte units
     assert (spec.max_new_tokens, spec.stream, spec.client) == (128, False, "anonymous")
     assert len(spec.rid) == 32
 
@@ -47,6 +49,7 @@ def test_generate_from_input_ids_with_everything_set() -> None:
     }
     spec = parse_generate(body, {"X-Fairserve-App": "app-7"})
     assert (spec.prompt_ids, spec.max_new_tokens, spec.stream) == ([5, 6, 7], 9, True)
+    assert (spec.prompt_text, spec.prompt_tokens) == (None, 3)
     assert (spec.rid, spec.client, spec.app) == ("r-1", "alice", "app-7")
 
 
@@ -103,9 +106,11 @@ def test_token_ids_are_accepted_exactly_when_each_is_an_integer_id(ids: list[Any
 
 
 def test_completion_prompt_as_text_ids_or_a_batch_of_one() -> None:
-    assert parse_completion({"prompt": "a b"}, NO_HEADERS).prompt_ids == tokenize("a b")
+    assert parse_completion({"prompt": "a b"}, NO_HEADERS).prompt_text == "a b"
+    assert parse_completion({"prompt": "a b"}, NO_HEADERS).prompt_key == text_key("a b")
     assert parse_completion({"prompt": [3, 4]}, NO_HEADERS).prompt_ids == [3, 4]
-    assert parse_completion({"prompt": ["a b"]}, NO_HEADERS).prompt_ids == tokenize("a b")
+    assert parse_completion({"prompt": [3, 4]}, NO_HEADERS).prompt_text is None
+    assert parse_completion({"prompt": ["a b"]}, NO_HEADERS).prompt_key == text_key("a b")
     spec = parse_completion({"prompt": "x"}, NO_HEADERS)
     assert spec.max_new_tokens == 16  # the OpenAI default for completions
 
@@ -139,7 +144,9 @@ def test_chat_renders_messages_with_the_fixed_template() -> None:
         "stream_options": {"include_usage": True},
     }
     spec = parse_chat(body, NO_HEADERS)
-    assert spec.prompt_ids == tokenize(render_chat([("system", "Be brief."), ("user", "Hi!")]))
+    assert spec.prompt_text == "<|system|> Be brief.\n<|user|> Hi!\n<|assistant|>"
+    assert spec.prompt_text == render_chat([("system", "Be brief."), ("user", "Hi!")])
+    assert spec.prompt_key == text_key(spec.prompt_text)
     assert (spec.max_new_tokens, spec.client, spec.include_usage) == (7, "bob", True)
     assert parse_chat({"messages": [{"role": "user"}]}, NO_HEADERS).max_new_tokens == 128
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from fairserve.core.tokenizer import SyntheticOutput, render_chat, tokenize
+from fairserve.core.openai_api import render_chat
+from fairserve.core.tokenizer import SyntheticOutput, tokenize
 from tests.worker.helpers import (
     get_json,
     make_config,

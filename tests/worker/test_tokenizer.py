@@ -11,13 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fairserve.core import tokenizer
-from fairserve.core.openai_api import MAX_OUTPUT_TOKENS
+from fairserve.core.openai_api import MAX_OUTPUT_TOKENS, render_chat
 from fairserve.core.tokenizer import (
     CHUNK_CHARS,
     VOCAB_SIZE,
     SyntheticOutput,
     pieces,
-    render_chat,
     token_key,
     tokenize,
 )

@@ -1,8 +1,10 @@
 """Parsing and validating the bodies of the OpenAI and SGLang generation endpoints.
 
 Shared by the simulated worker and the router (pure: standard library only), so a body the
-router accepts is one the worker accepts, with the same 400 messages, and both tokenise the
-prompt the same way (prefix keys in the router's global tree match the worker's cache).
+router accepts is one the worker accepts, with the same 400 messages. A text prompt is kept
+as text (``GenerationSpec.prompt_text``, a chat rendered by :func:`render_chat`) and keyed by
+its text blocks (:mod:`fairserve.core.prefix_key`): the router never tokenizes it, and the
+worker tokenizes it with its own tokenizer; token ids a client sends are the key as they are.
 
 Every route turns its JSON body into one :class:`GenerationSpec`, so the runtime and the
 response writers never see route-specific shapes. Validation is strict about what the
@@ -27,11 +29,11 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard, cast
 
-from fairserve.core.tokenizer import render_chat, token_key
+from fairserve.core.prefix_key import text_key
 from fairserve.core.types import ANONYMOUS_CLIENT, TOKEN_BYTES, key_to_tokens, tokens_to_key
 
 Route = Literal["generate", "completions", "chat"]
@@ -118,7 +120,9 @@ class GenerationSpec:
     rid: str
     client: str
     prompt_key: bytes
-    """The prompt's token key (:func:`~fairserve.core.types.tokens_to_key`)."""
+    """The prompt's prefix key: its token ids (:func:`~fairserve.core.types.tokens_to_key`)
+    when the client sent ids, else its text blocks (:func:`~fairserve.core.prefix_key.text_key`);
+    a key unit is a token either way, exact or estimated."""
     max_new_tokens: int
     stream: bool
     app: str | None = None
@@ -126,10 +130,21 @@ class GenerationSpec:
     model: str | None = None
     max_tokens_field: str = "max_tokens"
     """The field that set ``max_new_tokens`` (for error messages)."""
+    prompt_text: str | None = None
+    """The prompt as text (a chat rendered with :func:`render_chat`); None when the client
+    sent token ids. A worker tokenizes it with its own tokenizer."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens as the router knows them before any worker answers: exact for
+        token ids, estimated for text (one per key unit, see :mod:`~fairserve.core.prefix_key`)."""
+        return len(self.prompt_key) // TOKEN_BYTES
 
     @property
     def prompt_ids(self) -> list[int]:
-        """The prompt's token ids (unpacked on demand: the hot paths use the key)."""
+        """The token ids the client sent (unpacked on demand: the hot paths use the key)."""
+        if self.prompt_text is not None:
+            raise ValueError("a text prompt has no token ids before a worker tokenizes it")
         return key_to_tokens(self.prompt_key)
 
 
@@ -189,12 +204,17 @@ def _too_deep(body: dict[str, Any]) -> bool:
     return True
 
 
-def check_context(spec: GenerationSpec, context_tokens: int | None) -> None:
+def check_context(
+    spec: GenerationSpec, context_tokens: int | None, prompt_tokens: int | None = None
+) -> None:
     """400 when the prompt and the requested output exceed the model's context length
-    (``None``: unknown, nothing to check), with the message vLLM and SGLang give."""
+    (``None``: unknown, nothing to check), with the message vLLM and SGLang give.
+
+    ``prompt_tokens``: the prompt's tokens where the caller counted them (a worker, with its
+    tokenizer); by default the spec's own count, estimated for text (the router)."""
     if context_tokens is None:
         return
-    prompt = len(spec.prompt_key) // TOKEN_BYTES
+    prompt = spec.prompt_tokens if prompt_tokens is None else prompt_tokens
     total = prompt + spec.max_new_tokens
     if total > context_tokens:
         raise bad_request(
@@ -214,7 +234,10 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
         raise bad_request("missing field: 'text' or 'input_ids' is required")
     if isinstance(text, list) or (isinstance(input_ids, list) and _is_nested(input_ids)):
         raise bad_request(_BATCHED)
-    key = _prompt_from_text(text, "text") if text is not None else _token_ids(input_ids)
+    if text is not None:
+        key, prompt_text = _prompt_from_text(text, "text"), cast(str, text)
+    else:
+        key, prompt_text = _token_ids(input_ids), None
     params = body.get("sampling_params")
     params = {} if params is None else params
     if not isinstance(params, dict):
@@ -237,6 +260,7 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
         stream=_optional_bool(body.get("stream"), "stream"),
         app=headers.get(APP_HEADER),
         max_tokens_field="max_new_tokens",
+        prompt_text=prompt_text,
     )
 
 
@@ -250,10 +274,9 @@ def parse_completion(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gen
     if isinstance(prompt, list) and _is_nested_or_text(prompt):
         raise bad_request(_BATCHED)
     if isinstance(prompt, list):
-        key = _token_ids(prompt, "prompt")
-    else:
-        key = _prompt_from_text(prompt, "prompt")
-    return _openai_spec("completions", body, headers, key)
+        return _openai_spec("completions", body, headers, _token_ids(prompt, "prompt"), None)
+    key = _prompt_from_text(prompt, "prompt")
+    return _openai_spec("completions", body, headers, key, cast(str, prompt))
 
 
 def parse_chat(body: Mapping[str, Any], headers: Mapping[str, str]) -> GenerationSpec:
@@ -265,12 +288,26 @@ def parse_chat(body: Mapping[str, Any], headers: Mapping[str, str]) -> Generatio
         raise bad_request(
             f"messages: expected a non-empty list of messages, got {_type_name(messages)}"
         )
-    rendered = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
-    return _openai_spec("chat", body, headers, token_key(render_chat(rendered)))
+    text = render_chat([_message(m, f"messages[{i}]") for i, m in enumerate(messages)])
+    return _openai_spec("chat", body, headers, text_key(text), text)
+
+
+def render_chat(messages: Sequence[tuple[str, str]]) -> str:
+    """The prompt text of a chat: ``<|role|> content`` lines, then ``<|assistant|>``.
+
+    One fixed template (the simulated worker has no model's): an answer generated as
+    `` word word ...`` (leading space, :mod:`fairserve.core.tokenizer`) is rendered back in
+    the next turn as ``<|assistant|> word word ...``, the text the worker cached."""
+    lines = "".join(f"<|{role}|> {content}\n" for role, content in messages)
+    return lines + "<|assistant|>"
 
 
 def _openai_spec(
-    route: Route, body: Mapping[str, Any], headers: Mapping[str, str], key: bytes
+    route: Route,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    key: bytes,
+    text: str | None,
 ) -> GenerationSpec:
     default = DEFAULT_COMPLETION_TOKENS if route == "completions" else DEFAULT_MAX_NEW_TOKENS
     field = "max_tokens"
@@ -302,15 +339,20 @@ def _openai_spec(
         include_usage=_optional_bool(options.get("include_usage"), "stream_options.include_usage"),
         model=model,
         max_tokens_field=field,
+        prompt_text=text,
     )
 
 
 # ------------------------------------------------------------------ fields
 def _prompt_from_text(text: object, field: str) -> bytes:
-    """The token key of a text prompt (the tokenizer's ids need no checking)."""
+    """The prefix key of a text prompt (its text blocks: no tokenizing on the router)."""
     if not isinstance(text, str):
         raise bad_request(f"{field}: expected a string, got {_type_name(text)}")
-    key = token_key(_unicode(text, field))
+    try:
+        key = text_key(text)
+    except UnicodeEncodeError:
+        _unicode(text, field)  # raises the 400 that names the lone surrogate
+        raise
     if not key:
         raise bad_request(f"{field}: the prompt is empty")
     return key

@@ -1,4 +1,4 @@
-"""Deterministic stand-ins for a tokenizer and a model's output text.
+"""Deterministic stand-ins for a tokenizer and a model's output text: the simulated worker's.
 
 The simulated worker must never download a tokenizer, yet prefix caching only works if
 equal text prefixes give equal token prefixes. So text is split into word and punctuation
@@ -6,21 +6,26 @@ equal text prefixes give equal token prefixes. So text is split into word and pu
 stable id: ``blake2b(piece) mod VOCAB_SIZE``. The same text gives the same ids in every
 process and on every machine (``hash()`` would not: it is salted per process).
 
+The router does not tokenize: it keys text prompts by their text blocks
+(:mod:`fairserve.core.prefix_key`, whose units are estimated tokens) and learns the real
+counts from the worker's ``usage``. This module is the simulated worker's, off the router's
+path (and the tests', to count what the worker will report).
+
 Output text is synthetic: words drawn from a fixed list by a generator seeded with the
 request id, so a request's output is reproducible. Each output token *is* one such piece,
 and its id is the piece's id, so a follow-up call that quotes an answer (a chat's next
 turn) tokenises it back to exactly the output tokens the engine cached.
 
-Chat messages are rendered with one fixed template, ``<|role|> content\\n`` per message and a
-trailing ``<|assistant|>``; an answer is generated as `` word word ...`` (leading space), so
-the next turn's rendering ``<|assistant|> word word ...`` repeats the generated tokens.
+Chat messages are rendered with one fixed template (:func:`fairserve.core.openai_api.render_chat`,
+``<|role|> content\\n`` per message and a trailing ``<|assistant|>``); an answer is generated as
+`` word word ...`` (leading space), so the next turn's rendering ``<|assistant|> word word ...``
+repeats the generated tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
 from itertools import islice
 
 import numpy as np
@@ -49,8 +54,8 @@ def _hash_id(piece: str) -> int:
 
 class _PieceIds(dict[str, int]):
     """piece -> id, each hashed once. A dict looked up through ``map`` keeps the
-    per-piece work in C: the router tokenizes every prompt, and prompts run to thousands
-    of pieces (a per-piece Python call was most of its CPU time on long prompts)."""
+    per-piece work in C: the worker tokenizes every prompt, and prompts run to thousands
+    of pieces (a per-piece Python call was most of the cost of a long prompt)."""
 
     def __missing__(self, piece: str) -> int:
         value = _hash_id(piece)
@@ -108,14 +113,14 @@ _CHUNK_KEYS = _ChunkKeys()
 def token_key(text: str) -> bytes:
     """The token key (:func:`~fairserve.core.types.tokens_to_key`) of ``text``.
 
-    Why chunks: the router and the simulated worker tokenize every prompt, prompts run to
+    Why chunks: the simulated worker tokenizes every prompt, prompts run to
     thousands of pieces, and most of a prompt is usually a prefix seen before (a shared
     system prompt or document, the earlier turns of a conversation). A text is cut where no
     piece can span the cut (between a non-space and a space), at the first such place at
     least ``CHUNK_CHARS`` characters after the previous cut; cuts therefore depend only on
     the text before them, so texts that share a long prefix share its chunks, and each
-    chunk is tokenized once (the per-piece regular expression was most of the router's CPU
-    time on long prompts). Tokenizing the chunks apart gives exactly the pieces of the whole.
+    chunk is tokenized once (the per-piece regular expression is most of the cost of a long
+    prompt). Tokenizing the chunks apart gives exactly the pieces of the whole.
     """
     if len(text) <= CHUNK_CHARS:
         return _CHUNK_KEYS[text]
@@ -226,9 +231,3 @@ class LazyOutputKey:
         raw = self._output.key(first, last)
         skip = first * TOKEN_BYTES
         return raw[start - skip : stop - skip]
-
-
-def render_chat(messages: Sequence[tuple[str, str]]) -> str:
-    """The prompt text of a chat: ``<|role|> content`` lines, then ``<|assistant|>``."""
-    lines = "".join(f"<|{role}|> {content}\n" for role, content in messages)
-    return lines + "<|assistant|>"

@@ -4,7 +4,7 @@ Accounting needs each request's prompt, cached and completion tokens. Upstreams 
 in ``usage`` (OpenAI), or ``meta_info`` (SGLang's ``/generate``). For streams the router
 asks for the usage chunk upstream (``stream_options.include_usage``) and drops it again if
 the client did not ask for it; an upstream that sends none gets one synthesised from the
-router's estimate (prompt tokens from its tokenizer, one token per content chunk).
+router's estimate (prompt tokens from its prefix key, one token per content chunk).
 
 The SSE relay is the hot path: events are split on blank lines and only the few that can
 matter are parsed (the ones that mention ``usage``, and those before the first token).
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairserve.core.openai_api import Route
-from fairserve.core.tokenizer import tokenize
+from fairserve.core.prefix_key import estimate_tokens
 from fairserve.router.accounting import Usage
 
 DONE = b"data: [DONE]"
@@ -69,7 +69,8 @@ class InvalidAnswer(ValueError):
 
 def complete_body(data: bytes, route: Route, prompt_tokens: int) -> tuple[bytes, Usage]:
     """A non-streamed answer with its usage; ``usage`` is added when the upstream left it
-    out (completion tokens counted with the router's tokenizer). Raises
+    out (completion tokens estimated from the answer's text as its prompt tokens were, one
+    per key unit: :mod:`fairserve.core.prefix_key`). Raises
     :class:`InvalidAnswer` for a body that is not a JSON object."""
     try:
         payload = json.loads(data.decode())  # UTF-8, as workers send: no encoding sniffing
@@ -80,7 +81,7 @@ def complete_body(data: bytes, route: Route, prompt_tokens: int) -> tuple[bytes,
     usage = usage_of(payload, route)
     if usage is not None:
         return data, usage
-    usage = Usage(prompt_tokens, 0, len(tokenize(_answer_text(payload))))
+    usage = Usage(prompt_tokens, 0, estimate_tokens(_answer_text(payload)))
     if route != "generate" and isinstance(payload, dict):
         payload["usage"] = usage_dict(usage)
         data = json.dumps(payload).encode()

@@ -31,8 +31,8 @@ from typing import Any, cast
 
 from fairserve.core.errors import FairserveError
 from fairserve.core.openai_api import GenerationSpec, check_context
-from fairserve.core.tokenizer import SyntheticOutput
-from fairserve.core.types import Request
+from fairserve.core.tokenizer import SyntheticOutput, token_key
+from fairserve.core.types import Request, key_len
 from fairserve.sim.engine import Engine, StepResult
 from fairserve.worker.config import WorkerConfig, build_engine
 from fairserve.worker.evictions import EvictionLog
@@ -202,7 +202,10 @@ class WorkerRuntime:
         (``SyntheticOutput``), and the engine reads its key only when the request ends."""
         if not self.accepting:
             raise Unavailable("worker is shutting down" if self._closing else "engine not running")
-        check_context(spec, self.config.context_length)
+        # The engine's tokens: the client's ids, or the text tokenized here (the router keys
+        # text by its blocks and only estimates tokens; the worker's count is the real one).
+        prompt_key = spec.prompt_key if spec.prompt_text is None else token_key(spec.prompt_text)
+        check_context(spec, self.config.context_length, key_len(prompt_key))
         if spec.rid in self._tickets:
             raise DuplicateRequest(f"rid {spec.rid!r}: a request with this id is in flight")
         engine_tokens = max(1, spec.max_new_tokens)  # a step yields a token even for 0
@@ -210,7 +213,7 @@ class WorkerRuntime:
         req = Request(
             id=spec.rid,
             client=spec.client,
-            prompt_key=spec.prompt_key,
+            prompt_key=prompt_key,
             max_output_tokens=engine_tokens,
             app=spec.app,
             output_len=engine_tokens,
