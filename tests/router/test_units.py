@@ -113,8 +113,8 @@ def test_relay_synthesises_usage_when_upstream_has_none() -> None:
 def test_complete_body_fills_usage() -> None:
     body = json.dumps({"choices": [{"message": {"content": "one two three"}}]}).encode()
     data, usage = complete_body(body, "chat", 4)
-    assert usage == Usage(4, 0, 3)
-    assert json.loads(data)["usage"]["completion_tokens"] == 3
+    assert usage == Usage(4, 0, 4)  # 13 bytes: 4 estimated tokens (core/prefix_key)
+    assert json.loads(data)["usage"]["completion_tokens"] == 4
 
 
 def test_jain_index_over_the_active_window() -> None:
