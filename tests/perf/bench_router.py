@@ -60,7 +60,9 @@ REQUEST: dict[str, Any] = {
 }
 _FILLER = ("the", "shared", "service", "schedules", "every", "client", "fairly", "and",
            "reuses", "cached", "prefixes")  # fmt: skip
-INFO = {"model_path": "bench", "max_total_num_tokens": 100000, "is_generation": True}
+DEFAULT_KV_TOKENS = 100_000
+"""KV capacity the bench upstreams report (the router bounds its trees by it)."""
+INFO = {"model_path": "bench", "max_total_num_tokens": DEFAULT_KV_TOKENS, "is_generation": True}
 MODELS = {"object": "list", "data": [{"id": "bench", "object": "model"}]}
 Bodies = Callable[[int], bytes]
 """Request number -> the body of that request."""
@@ -106,20 +108,24 @@ def document(words: int, rng: random.Random | None) -> str:
     return " ".join(chosen) + ". "
 
 
-def _routes() -> dict[tuple[str, str], bytes]:
+def _routes(kv_tokens: int) -> dict[tuple[str, str], bytes]:
+    """The upstream's answers; its server info reports ``kv_tokens`` of KV capacity (0:
+    none reported, as a worker that does not say)."""
     answer, models = json.dumps(ANSWER).encode(), json.dumps(MODELS).encode()
+    info = {**INFO, "max_total_num_tokens": kv_tokens} if kv_tokens else {
+        k: v for k, v in INFO.items() if k != "max_total_num_tokens"}  # fmt: skip
     routes = {("POST", "/v1/completions"): answer, ("POST", "/v1/chat/completions"): answer,
               ("GET", "/health"): b"{}", ("GET", "/v1/models"): models}  # fmt: skip
     for path in ("/get_server_info", "/server_info", "/get_model_info", "/model_info"):
-        routes[("GET", path)] = json.dumps(INFO).encode()
+        routes[("GET", path)] = json.dumps(info).encode()
     return routes
 
 
 # ------------------------------------------------------------------ upstreams (own process)
-def serve_upstream(port: int, harness: str) -> None:
+def serve_upstream(port: int, harness: str, kv_tokens: int = DEFAULT_KV_TOKENS) -> None:
     _uvloop()
     if harness == "lean":
-        asyncio.run(_serve_lean(port))
+        asyncio.run(_serve_lean(port, kv_tokens))
         return
     from aiohttp import web
 
@@ -131,7 +137,8 @@ def serve_upstream(port: int, harness: str) -> None:
         return handle
 
     app = web.Application()
-    app.add_routes([web.route(m, p, fixed(body)) for (m, p), body in _routes().items()])
+    routes = _routes(kv_tokens).items()
+    app.add_routes([web.route(m, p, fixed(body)) for (m, p), body in routes])
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
@@ -166,8 +173,8 @@ class _LeanUpstream(asyncio.Protocol):
             )
 
 
-async def _serve_lean(port: int) -> None:
-    routes = {(m.encode(), p.encode()): body for (m, p), body in _routes().items()}
+async def _serve_lean(port: int, kv_tokens: int) -> None:
+    routes = {(m.encode(), p.encode()): body for (m, p), body in _routes(kv_tokens).items()}
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _LeanUpstream(routes), "127.0.0.1", port)
     await server.serve_forever()
@@ -397,7 +404,7 @@ def compiled_routers(args: argparse.Namespace) -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream, args.harness)
+        serve_upstream(args.serve_upstream, args.harness, args.upstream_kv_tokens)
         return 0
     me = [sys.executable, str(Path(__file__).resolve()), "--harness", args.harness]
     ports = [free_port(), free_port()]
@@ -483,6 +490,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--skip-sglang", action="store_true", help="Run neither sglang-router nor smg.")
     add("--json", action="store_true")
     add("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    add("--upstream-kv-tokens", type=int, default=DEFAULT_KV_TOKENS, help=argparse.SUPPRESS)
     return parser
 
 
