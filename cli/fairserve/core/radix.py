@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.radix_lru import LruIndex
+from fairserve.core.radix_matches import revoke
 from fairserve.core.radix_node import Node, Owner, OwnerMatch, Walk, check_key, common_tokens
 from fairserve.core.radix_owners import OwnerIndex
 from fairserve.core.radix_trie import Trie
@@ -67,7 +68,26 @@ class RadixTree:
 
     # ------------------------------------------------------------------ queries
     def match_len(self, key: bytes) -> int:
-        """Tokens of ``key`` present in the tree (longest prefix match), without touching LRU."""
+        """Tokens of ``key`` present in the tree (longest prefix match), without touching LRU.
+
+        Kept across calls until the tree changes where the match ends
+        (:mod:`~fairserve.core.radix_matches`): a host asking again at every batching step
+        for every waiting request walks only for the requests whose match may have moved."""
+        kept = self._trie.matches.get(key)
+        if kept is not None:
+            return kept
+        tokens, end = self._walk_match(key)
+        self._trie.matches.put(key, tokens, end)
+        return tokens
+
+    def match_len_walk(self, key: bytes) -> int:
+        """:meth:`match_len` by walking the tree, ignoring kept matches (the reference the
+        tests and benchmarks compare the kept ones to)."""
+        return self._walk_match(key)[0]
+
+    def _walk_match(self, key: bytes) -> tuple[int, Node]:
+        """The match length of ``key`` and the node where it ends: the deepest node it
+        covers whole, or the child whose edge it ends inside."""
         node, pos = self._root, 0
         n = len(key)
         startswith = key.startswith
@@ -82,9 +102,9 @@ class RadixTree:
                 continue
             shared = common_tokens(key, pos, edge)
             self._trie.remember(key, (node, pos, child, shared))
-            return pos // TOKEN_BYTES + shared
+            return pos // TOKEN_BYTES + shared, child
         self._trie.remember(key, (node, pos, None, 0))
-        return pos // TOKEN_BYTES
+        return pos // TOKEN_BYTES, node
 
     def evictable_tokens(self) -> int:
         """Tokens in nodes that no request references (what ``evict`` could free)."""
@@ -124,6 +144,7 @@ class RadixTree:
         trie = self._trie
         if owner is None and n:
             trie.owned = False
+        trie.matches.forget(key)  # an inserted prompt no longer waits: keep nothing for it
         self._tick += 1
         tick = self._tick
         node, pos, added = self._root, 0, 0
@@ -141,6 +162,8 @@ class RadixTree:
             child = node.children.get(head)
             if child is None:
                 child = Node(key[pos:], node)
+                if node.ticket is not None:  # matches ending at ``node`` may go on now
+                    revoke(node)
                 node.children[head] = child
                 trie.shape += 1
                 added = (n - pos) // TOKEN_BYTES

@@ -14,7 +14,7 @@ Owner = Hashable
 class Node:
     """One compressed edge: ``edge`` holds the tokens from the parent to this node."""
 
-    __slots__ = ("children", "edge", "last_access", "owners", "parent", "ref")
+    __slots__ = ("children", "edge", "last_access", "owners", "parent", "ref", "ticket")
 
     def __init__(self, edge: bytes, parent: Node | None) -> None:
         self.edge = edge
@@ -23,10 +23,22 @@ class Node:
         self.owners: set[Owner] = set()
         self.ref = 0
         self.last_access = 0
+        self.ticket: Ticket | None = None
+        """Shared with the kept matches that end here (``core.radix_matches``)."""
 
     @property
     def tokens(self) -> int:
         return len(self.edge) // TOKEN_BYTES
+
+
+class Ticket:
+    """Shared by a node and the kept matches ending there (``core.radix_matches``);
+    ``valid`` until the shape at the node changes."""
+
+    __slots__ = ("valid",)
+
+    def __init__(self) -> None:
+        self.valid = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fairserve.core.radix_lru import LruIndex
+from fairserve.core.radix_matches import MatchCache, revoke, revoke_all
 from fairserve.core.radix_node import Node, Owner, Walk, common_tokens
 from fairserve.core.types import TOKEN_BYTES
 
@@ -28,6 +29,7 @@ class Trie:
         "_walks",
         "_walks_shape",
         "lru",
+        "matches",
         "owned",
         "owner_tokens",
         "protected_tokens",
@@ -54,6 +56,9 @@ class Trie:
         insert of a key just matched (a request admitted after its match, a dispatcher
         recording the key it matched) starts there instead of walking again."""
         self._walks_shape = 0
+        self.matches = MatchCache()
+        """Match lengths kept across batching steps (``core.radix_matches``): every shape
+        change below revokes the ticket of the node where it happens."""
 
     def __del__(self) -> None:
         """Nodes point to their parents, so a dropped trie would be one reference cycle
@@ -109,6 +114,7 @@ class Trie:
         parent = child.parent
         assert parent is not None
         self.shape += 1
+        revoke(child)  # matches inside its edge may now end in the upper node
         upper = Node(child.edge[:cut], parent)
         upper.owners = set(child.owners)
         upper.ref = child.ref
@@ -127,6 +133,9 @@ class Trie:
         self.shape += 1
         parent = node.parent
         assert parent is not None
+        revoke(node)
+        if node.children and len(self.matches):  # kept matches may end below it too
+            revoke_all(self.subtree(node))
         del parent.children[node.edge[:TOKEN_BYTES]]
         tokens = len(node.edge) // TOKEN_BYTES
         self.total_tokens -= tokens
