@@ -12,8 +12,10 @@ import json
 import secrets
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fairserve.cluster.engine import check_sglang, detect, gpu_groups, parse_gpu_ids
 from fairserve.cluster.paths import settings_file_path
@@ -34,6 +36,9 @@ from fairserve.router.config import (
 )
 from fairserve.router.server import bind
 from fairserve.router.service import Router
+
+if TYPE_CHECKING:
+    from fairserve.sglang.config import PluginConfig
 
 WORKER_HOST = "127.0.0.1"
 """Local workers listen on loopback only: the router is the service's one front door."""
@@ -76,6 +81,11 @@ class LaunchOptions:
     first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     outlier_failures: int = DEFAULT_OUTLIER_FAILURES
+    ray_address: str | None = None
+    """``--ray [ADDRESS]``: place the workers on this Ray cluster (``auto``: ``RAY_ADDRESS``
+    or the cluster started on this host); None: workers run on this host."""
+    gpus_per_worker: int | None = None
+    """``--gpus-per-worker`` (Ray, simulated workers): GPUs each reserves (default 1)."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -103,17 +113,55 @@ class WorkerSpec:
     extension_port: int | None = None
     """SGLang workers serve the fairserve extension on this side port."""
     gpus: tuple[int, ...] = ()
+    host: str = WORKER_HOST
+    """Where it listens: loopback here, its node's address on a Ray cluster."""
 
     @property
     def url(self) -> str:
-        return f"http://{WORKER_HOST}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def extension_url(self) -> str:
         """Where the fairserve extension answers (the worker URL itself for sim workers)."""
         if self.extension_port is None:
             return self.url
-        return f"http://{WORKER_HOST}:{self.extension_port}"
+        return f"http://{self.host}:{self.extension_port}"
+
+
+@dataclass(frozen=True)
+class RayPlan:
+    """``--ray``: ``workers`` workers (None: as many as the cluster's free GPUs hold) of
+    ``gpus_per_worker`` GPUs each, placed on the Ray cluster at ``address`` when the launch
+    starts. Each worker's command is built on its node, once its address, ports and GPUs
+    are known, by :meth:`spec`: the same builders a local launch uses."""
+
+    address: str
+    engine: str
+    workers: int | None
+    gpus_per_worker: int
+    options: LaunchOptions
+
+    @property
+    def ports_per_worker(self) -> int:
+        """SGLang serves the fairserve extension on a second port."""
+        return 2 if self.engine == "sglang" else 1
+
+    def spec(
+        self, index: int, host: str, ports: Sequence[int], gpus: tuple[int, ...]
+    ) -> WorkerSpec:
+        name = f"worker-{index}"
+        if self.engine == "sglang":
+            config = _sglang_config(self.options)
+            return sglang_spec(
+                self.options, config, _model_arg(self.options.model), name, host, ports, gpus
+            )
+        return sim_spec(
+            self.options, _profile_arg(self.options.profile), name, host, ports[0], gpus
+        )
+
+    def placeholder_urls(self) -> tuple[str, ...]:
+        """Stand-ins that let the router's configuration be checked before placement."""
+        return tuple(f"http://worker-{i}.ray.invalid:1" for i in range(self.workers or 1))
 
 
 @dataclass(frozen=True)
@@ -124,6 +172,9 @@ class LaunchPlan:
     remote_urls: tuple[str, ...]
     router: RouterConfig
     ready_timeout_s: float
+    ray: RayPlan | None = None
+    """``--ray``: the workers are placed on a Ray cluster at start (``workers`` is empty;
+    ``router.worker_urls`` are placeholders until the workers report their URLs)."""
 
     @property
     def extension_urls(self) -> dict[str, str]:
@@ -139,8 +190,9 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
     without checking that the router's port is free: it only shows what would run."""
     _check_numbers(options)
     remote = tuple(check_url(u) for u in options.worker_urls)
-    engine, notice = _engine(options, remote, dry_run)
-    if remote:
+    ray = _ray_plan(options, remote)
+    engine, notice = (ray.engine, None) if ray else _engine(options, remote, dry_run)
+    if remote or ray:
         specs: tuple[WorkerSpec, ...] = ()
     elif engine == "sglang":
         specs = _sglang_specs(options)
@@ -148,7 +200,9 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         specs = _worker_specs(options)
     keys, weights = load_clients(options.clients) if options.clients else ({}, {})
     router = RouterConfig(
-        worker_urls=remote or tuple(s.url for s in specs),
+        worker_urls=remote
+        or tuple(s.url for s in specs)
+        or (ray.placeholder_urls() if ray else ()),
         host=options.host,
         port=options.port,
         dispatch=options.dispatch,
@@ -176,7 +230,7 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing
     if not dry_run:
         check_port_free(options.host, options.port)
-    return LaunchPlan(engine, notice, specs, remote, router, options.ready_timeout_s)
+    return LaunchPlan(engine, notice, specs, remote, router, options.ready_timeout_s, ray)
 
 
 def default_ready_timeout_s(engine: str | None, model: str | None) -> float:
@@ -200,6 +254,45 @@ def _check_numbers(options: LaunchOptions) -> None:
         )
     if options.gpus is not None:
         parse_gpu_ids(options.gpus)
+
+
+def _ray_plan(options: LaunchOptions, remote: tuple[str, ...]) -> RayPlan | None:
+    """``--ray``'s options, checked; None without ``--ray``.
+
+    The engine is never detected from *this* host's GPUs (they are not the ones that will
+    run it): SGLang when ``--model`` is given, else the simulator, unless ``--engine`` says."""
+    if options.ray_address is None:
+        if options.gpus_per_worker is not None:
+            raise ConfigError("--gpus-per-worker: applies to --ray (workers on a Ray cluster)")
+        return None
+    if remote:
+        raise ConfigError("--ray: places the workers itself; drop --worker-url")
+    if options.gpus is not None:
+        raise ConfigError(
+            "--gpus: on a Ray cluster Ray assigns the GPUs; use --tp (sglang) or "
+            "--gpus-per-worker (sim) to say how many each worker gets"
+        )
+    engine = options.engine or ("sglang" if options.model else "sim")
+    if engine == "sglang":
+        check_sglang(options.model, installed=False)  # SGLang runs on the nodes, not here
+        if options.gpus_per_worker is not None:
+            raise ConfigError("--gpus-per-worker: SGLang workers get --tp GPUs each")
+        _sglang_config(options)
+        gpus, workers = options.tp, options.workers
+    elif engine == "sim":
+        if _sglang_only_options(options):
+            raise ConfigError(
+                f"{_sglang_only_options(options)[0]}: applies to --engine sglang; use "
+                "--gpus-per-worker for the simulated workers' logical GPUs"
+            )
+        gpus = 1 if options.gpus_per_worker is None else options.gpus_per_worker
+        if gpus < 0:
+            raise ConfigError(f"--gpus-per-worker: expected 0 or more, got {gpus}")
+        _check_worker_policy(options, _profile_arg(options.profile))
+        workers = options.workers or SIM_WORKERS
+    else:
+        raise ConfigError(f"--engine: expected sim or sglang, got {engine!r}")
+    return RayPlan(options.ray_address, engine, workers, gpus, options)
 
 
 def _engine(
@@ -245,16 +338,28 @@ def _sglang_only_options(options: LaunchOptions) -> list[str]:
 
 def _worker_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
     profile = _profile_arg(options.profile)
-    specs = []
-    for i, port in enumerate(free_ports(options.workers or SIM_WORKERS)):
-        argv = [sys.executable, "-m", "fairserve", "worker", "--host", WORKER_HOST]
-        argv += ["--port", str(port), "--policy", options.policy, "--speed", f"{options.speed:g}"]
-        argv += ["--profile", profile] if profile else []
-        argv += ["--model-name", options.model] if options.model else []
-        argv += ["--quantum", f"{options.quantum:g}"] if options.quantum is not None else []
-        specs.append(WorkerSpec(f"worker-{i}", port, tuple(argv)))
+    ports = free_ports(options.workers or SIM_WORKERS)
+    specs = [sim_spec(options, profile, f"worker-{i}", WORKER_HOST, p) for i, p in enumerate(ports)]
     _check_worker_policy(options, profile)
     return tuple(specs)
+
+
+def sim_spec(
+    options: LaunchOptions,
+    profile: str | None,
+    name: str,
+    host: str,
+    port: int,
+    gpus: tuple[int, ...] = (),
+) -> WorkerSpec:
+    """One ``fairserve worker`` listening on ``host:port`` (``gpus``: the logical GPUs a
+    Ray placement reserved for it, shown by ``status``; a simulated worker uses none)."""
+    argv = [sys.executable, "-m", "fairserve", "worker", "--host", host]
+    argv += ["--port", str(port), "--policy", options.policy, "--speed", f"{options.speed:g}"]
+    argv += ["--profile", profile] if profile else []
+    argv += ["--model-name", options.model] if options.model else []
+    argv += ["--quantum", f"{options.quantum:g}"] if options.quantum is not None else []
+    return WorkerSpec(name, port, tuple(argv), gpus=gpus, host=host)
 
 
 RESERVED_SGLANG_FLAGS = {
@@ -273,32 +378,60 @@ def _sglang_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
     request's prefix before the plugin orders the queue, so the policy's LPM order and
     extend charges see the real cache; ``--enable-metrics`` keeps SGLang's Prometheus
     gauges for ``fairserve top``."""
-    from fairserve.sglang.config import PluginConfig, build_policy, plugin_env
-    from fairserve.sglang.targets import LAUNCH_MODULE, launch_flag
+
+    config = _sglang_config(options)
+    groups = gpu_groups(options.gpus, options.tp, options.workers)
+    ports = free_ports(2 * len(groups))
+    model = _model_arg(options.model)
+    return tuple(
+        sglang_spec(
+            options, config, model, f"worker-{i}", WORKER_HOST, ports[2 * i : 2 * i + 2], gpus
+        )
+        for i, gpus in enumerate(groups)
+    )
+
+
+def _sglang_config(options: LaunchOptions) -> PluginConfig:
+    """The plugin's configuration, checked (unknown policies, quanta without a quantum)."""
+    from fairserve.sglang.config import PluginConfig, build_policy
 
     _check_sglang_args(options.sglang_args)
     config = PluginConfig(policy=options.policy, quantum=options.quantum)
-    build_policy(config)  # unknown or unsupported policies, quanta without a quantum
-    groups = gpu_groups(options.gpus, options.tp, options.workers)
-    ports = free_ports(2 * len(groups))
-    model = str(options.model)
-    if Path(model).exists():
-        model = str(Path(model).resolve())
-    specs = []
-    for i, gpus in enumerate(groups):
-        port, extension_port = ports[2 * i], ports[2 * i + 1]
-        argv = [sys.executable, "-m", LAUNCH_MODULE, launch_flag("model_path"), model]
-        argv += [launch_flag("host"), WORKER_HOST, launch_flag("port"), str(port)]
-        argv += [launch_flag("tp_size"), str(options.tp), launch_flag("enable_metrics")]
-        if not _has_flag(options.sglang_args, launch_flag("schedule_policy")):
-            argv += [launch_flag("schedule_policy"), "lpm"]
-        argv += options.sglang_args
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-        env.update(plugin_env(replace(config, extension_port=extension_port)))
-        specs.append(
-            WorkerSpec(f"worker-{i}", port, tuple(argv), tuple(env.items()), extension_port, gpus)
-        )
-    return tuple(specs)
+    build_policy(config)
+    return config
+
+
+def _model_arg(model: str | None) -> str:
+    """The model as the servers get it: a local directory made absolute."""
+    text = str(model)
+    return str(Path(text).resolve()) if Path(text).exists() else text
+
+
+def sglang_spec(
+    options: LaunchOptions,
+    config: PluginConfig,
+    model: str,
+    name: str,
+    host: str,
+    ports: Sequence[int],
+    gpus: tuple[int, ...],
+) -> WorkerSpec:
+    """One SGLang server on ``host:ports[0]`` with the plugin's extension on ``ports[1]``,
+    seeing only ``gpus`` (``CUDA_VISIBLE_DEVICES``): the same for a local launch and for a
+    worker a Ray actor starts on its node with the GPUs Ray assigned it."""
+    from fairserve.sglang.config import plugin_env
+    from fairserve.sglang.targets import LAUNCH_MODULE, launch_flag
+
+    port, extension_port = ports
+    argv = [sys.executable, "-m", LAUNCH_MODULE, launch_flag("model_path"), model]
+    argv += [launch_flag("host"), host, launch_flag("port"), str(port)]
+    argv += [launch_flag("tp_size"), str(options.tp), launch_flag("enable_metrics")]
+    if not _has_flag(options.sglang_args, launch_flag("schedule_policy")):
+        argv += [launch_flag("schedule_policy"), "lpm"]
+    argv += options.sglang_args
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    env.update(plugin_env(replace(config, extension_port=extension_port, extension_host=host)))
+    return WorkerSpec(name, port, tuple(argv), tuple(env.items()), extension_port, gpus, host)
 
 
 def _check_sglang_args(args: list[str]) -> None:
@@ -339,13 +472,13 @@ def _check_worker_policy(options: LaunchOptions, profile: str | None) -> None:
     build_policy(config)
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (held open together so they differ)."""
+def free_ports(count: int, host: str = WORKER_HOST) -> list[int]:
+    """``count`` distinct free ports on ``host`` (held open together so they differ)."""
     sockets = []
     try:
         for _ in range(count):
             sock = socket.socket()
-            sock.bind((WORKER_HOST, 0))
+            sock.bind((host, 0))
             sockets.append(sock)
         return [s.getsockname()[1] for s in sockets]
     finally:
