@@ -12,7 +12,6 @@ from __future__ import annotations
 from hypothesis.stateful import invariant, rule
 
 from fairserve.core.radix import RadixTree
-from fairserve.core.radix_matches import MatchCache
 from tests.core.test_radix import (
     STATEFUL,
     GlobalTreeMachine,
@@ -116,6 +115,16 @@ def test_a_match_is_kept_while_changes_happen_off_its_path() -> None:
     assert tree.match_len(waiting) == 3
 
 
+def test_a_sibling_of_the_next_token_keeps_the_match() -> None:
+    """Requests on one shared document keep their matches while other requests' private
+    questions are inserted below it (a child for another token does not continue them)."""
+    tree = tree_of([1, 2, 3])
+    waiting = k([1, 2, 3, 4, 5])
+    assert tree.match_len(waiting) == 3
+    tree.insert(k([1, 2, 3, 7, 7]))
+    assert kept(tree, waiting) == 3
+
+
 def test_an_insert_that_continues_the_match_revokes_it() -> None:
     tree = tree_of([1, 2, 3])
     waiting = k([1, 2, 3, 4, 5])
@@ -166,7 +175,7 @@ def test_an_inserted_key_keeps_nothing() -> None:
 
 def test_the_cache_is_bounded() -> None:
     tree = tree_of([1, 2, 3])
-    tree._trie.matches = MatchCache(limit=4)
+    tree._trie.matches.limit = 4
     keys = [k([1, 2, i]) for i in range(10, 20)]
     for key in keys:
         tree.match_len(key)

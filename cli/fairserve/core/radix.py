@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.radix_lru import LruIndex
-from fairserve.core.radix_matches import revoke
+from fairserve.core.radix_matches import INSIDE
 from fairserve.core.radix_node import Node, Owner, OwnerMatch, Walk, check_key, common_tokens
 from fairserve.core.radix_owners import OwnerIndex
 from fairserve.core.radix_trie import Trie
@@ -44,6 +44,7 @@ class RadixTree:
         self._owners = OwnerIndex(self._trie)
         self._root = self._trie.root
         self._tick = 0
+        self._kept = self._trie.matches.kept
         self._locks: dict[bytes, list[tuple[int, Node]]] = {}
         """key -> (tokens, deepest node) each of its locks took."""
 
@@ -73,11 +74,11 @@ class RadixTree:
         Kept across calls until the tree changes where the match ends
         (:mod:`~fairserve.core.radix_matches`): a host asking again at every batching step
         for every waiting request walks only for the requests whose match may have moved."""
-        kept = self._trie.matches.get(key)
-        if kept is not None:
-            return kept
-        tokens, end = self._walk_match(key)
-        self._trie.matches.put(key, tokens, end)
+        kept = self._kept.get(key)
+        if kept is not None and kept[1].valid:
+            return kept[0]
+        tokens, end, head = self._walk_match(key)
+        self._trie.matches.put(key, tokens, end, head)
         return tokens
 
     def match_len_walk(self, key: bytes) -> int:
@@ -85,9 +86,9 @@ class RadixTree:
         tests and benchmarks compare the kept ones to)."""
         return self._walk_match(key)[0]
 
-    def _walk_match(self, key: bytes) -> tuple[int, Node]:
-        """The match length of ``key`` and the node where it ends: the deepest node it
-        covers whole, or the child whose edge it ends inside."""
+    def _walk_match(self, key: bytes) -> tuple[int, Node, bytes | None]:
+        """The match length of ``key``, the node where it ends and how: inside that node's
+        edge (head None), or where the edge ends, the key going on with ``head``."""
         node, pos = self._root, 0
         n = len(key)
         startswith = key.startswith
@@ -102,9 +103,9 @@ class RadixTree:
                 continue
             shared = common_tokens(key, pos, edge)
             self._trie.remember(key, (node, pos, child, shared))
-            return pos // TOKEN_BYTES + shared, child
+            return pos // TOKEN_BYTES + shared, child, INSIDE
         self._trie.remember(key, (node, pos, None, 0))
-        return pos // TOKEN_BYTES, node
+        return pos // TOKEN_BYTES, node, key[pos : pos + TOKEN_BYTES]
 
     def evictable_tokens(self) -> int:
         """Tokens in nodes that no request references (what ``evict`` could free)."""
@@ -162,8 +163,9 @@ class RadixTree:
             child = node.children.get(head)
             if child is None:
                 child = Node(key[pos:], node)
-                if node.ticket is not None:  # matches ending at ``node`` may go on now
-                    revoke(node)
+                ends = node.ends
+                if ends is not None and head in ends:  # matches going on with ``head``
+                    ends.pop(head).valid = False
                 node.children[head] = child
                 trie.shape += 1
                 added = (n - pos) // TOKEN_BYTES

@@ -6,20 +6,22 @@ evicted). Walking the tree again for every waiting request made matching cost mo
 decision itself (2.7 ms against 0.85 ms over 1,000 waiting requests). Here a key's match
 length is kept until the tree changes *where that match ends*.
 
-How: a match of ``key`` ends either at the end of a node ``N`` (no child of ``N`` continues
-the key) or part-way along the edge of a child ``C``. That node, ``N`` or ``C``, holds a
-:class:`~fairserve.core.radix_node.Ticket`; the kept match holds the same ticket, and is
-valid while the ticket is.
-A node's ticket is revoked (and the node starts a fresh one when next needed) when:
+How: a match of ``key`` ends either part-way along the edge of a node ``C``, or where the
+edge of a node ``N`` ends, with no child of ``N`` for the key's next token ``h`` (or with
+the key ending there too, ``h = b""``). The kept match holds a
+:class:`~fairserve.core.radix_node.Ticket` that ``C`` (``C.ticket``) or ``N``
+(``N.ends[h]``) holds too, and is valid while that ticket is. Tickets are revoked when:
 
-* a child is added under it: the only shape change that can lengthen a match ending at
-  its end (a child for the key's next token did not exist, or the match would go on);
-* it is split: lengths do not change, but a match that ended inside its edge may now end
-  in the new upper node, so it is recomputed and registered there;
-* it, or an ancestor, is detached (eviction, a global tree pruned): a match through it
-  shortens.
+* a child with head ``h`` is added under ``N``: ``N.ends[h]`` (the only shape change that
+  can lengthen a match ending there; a child for any other token does not continue it, so
+  requests on one shared document are not re-matched whenever a sibling is inserted);
+* ``C`` is split: ``C.ticket`` (lengths do not change, but a match inside its edge may now
+  end in the new upper node, so it is recomputed and held there; matches ending where
+  ``C`` ends still end there);
+* a node, or an ancestor, is detached (eviction, a global tree pruned): all of its tickets,
+  since a match through it shortens.
 
-No other change moves a match: a child added under any other node of the key's path would
+No other change moves a match: a child added under another node of the key's path would
 need a head token already taken by the path's next node; a split or a detach elsewhere
 leaves the key's path as it was. Locks, touches and owners change no match length (they
 may split, which revokes as above). ``tests/core/test_radix_matches.py`` checks that a
@@ -42,8 +44,25 @@ MAX_KEPT_MATCHES = 1 << 16
 (a decision over more than this re-walks the excess, as without the cache)."""
 
 
+INSIDE: None = None
+"""The ``head`` of a match that ends part-way along a node's edge."""
+
+
 def revoke(node: Node) -> None:
-    """The shape at ``node`` changed: every match ending there is stale."""
+    """``node`` leaves the tree: every match ending at or inside it is stale."""
+    ticket = node.ticket
+    if ticket is not None:
+        ticket.valid = False
+        node.ticket = None
+    ends = node.ends
+    if ends is not None:
+        for ticket in ends.values():
+            ticket.valid = False
+        node.ends = None
+
+
+def revoke_inside(node: Node) -> None:
+    """``node``'s edge was split: matches ending inside it may now end above it."""
     ticket = node.ticket
     if ticket is not None:
         ticket.valid = False
@@ -58,35 +77,45 @@ def revoke_all(nodes: Iterable[Node]) -> None:
 class MatchCache:
     """``key -> (tokens, ticket)``: match lengths valid while their ticket is."""
 
-    __slots__ = ("_kept", "limit")
+    __slots__ = ("kept", "limit")
 
     def __init__(self, limit: int = MAX_KEPT_MATCHES) -> None:
-        self._kept: dict[bytes, tuple[int, Ticket]] = {}
+        self.kept: dict[bytes, tuple[int, Ticket]] = {}
+        """The tree reads it directly on its hot path; always the same dict object."""
         self.limit = limit
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self.kept)
 
     def get(self, key: bytes) -> int | None:
         """The kept match of ``key``, or None if there is none or it is stale."""
-        kept = self._kept.get(key)
+        kept = self.kept.get(key)
         if kept is None or not kept[1].valid:
             return None
         return kept[0]
 
-    def put(self, key: bytes, tokens: int, node: Node) -> None:
-        """Keep ``tokens`` as the match of ``key``, which ends at (or inside) ``node``."""
-        ticket = node.ticket
-        if ticket is None:
-            ticket = node.ticket = Ticket()
-        kept = self._kept
+    def put(self, key: bytes, tokens: int, node: Node, head: bytes | None) -> None:
+        """Keep ``tokens`` as the match of ``key``, which ends inside ``node``'s edge
+        (``head`` :data:`INSIDE`) or where it ends, the key going on with ``head``."""
+        if head is None:
+            ticket = node.ticket
+            if ticket is None:
+                ticket = node.ticket = Ticket()
+        else:
+            ends = node.ends
+            if ends is None:
+                ends = node.ends = {}
+            ticket = ends.get(head)
+            if ticket is None:
+                ticket = ends[head] = Ticket()
+        kept = self.kept
         if len(kept) >= self.limit and key not in kept:
             kept.clear()  # amortised O(1); live matches are rebuilt on their next use
         kept[key] = (tokens, ticket)
 
     def forget(self, key: bytes) -> None:
         """Drop ``key``'s match (it was inserted: it is no longer a waiting prompt)."""
-        self._kept.pop(key, None)
+        self.kept.pop(key, None)
 
     def clear(self) -> None:
-        self._kept.clear()
+        self.kept.clear()

@@ -14,7 +14,7 @@ Owner = Hashable
 class Node:
     """One compressed edge: ``edge`` holds the tokens from the parent to this node."""
 
-    __slots__ = ("children", "edge", "last_access", "owners", "parent", "ref", "ticket")
+    __slots__ = ("children", "edge", "ends", "last_access", "owners", "parent", "ref", "ticket")
 
     def __init__(self, edge: bytes, parent: Node | None) -> None:
         self.edge = edge
@@ -24,7 +24,10 @@ class Node:
         self.ref = 0
         self.last_access = 0
         self.ticket: Ticket | None = None
-        """Shared with the kept matches that end here (``core.radix_matches``)."""
+        """Shared with the kept matches that end inside this edge (``core.radix_matches``)."""
+        self.ends: dict[bytes, Ticket] | None = None
+        """Tickets of the kept matches that end where this edge ends, by the token the key
+        goes on with (``b""``: the key ends here too)."""
 
     @property
     def tokens(self) -> int:

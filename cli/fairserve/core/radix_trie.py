@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from fairserve.core.radix_lru import LruIndex
-from fairserve.core.radix_matches import MatchCache, revoke, revoke_all
+from fairserve.core.radix_matches import MatchCache, revoke, revoke_all, revoke_inside
 from fairserve.core.radix_node import Node, Owner, Walk, common_tokens
 from fairserve.core.types import TOKEN_BYTES
 
@@ -114,7 +114,7 @@ class Trie:
         parent = child.parent
         assert parent is not None
         self.shape += 1
-        revoke(child)  # matches inside its edge may now end in the upper node
+        revoke_inside(child)  # matches inside its edge may now end in the upper node
         upper = Node(child.edge[:cut], parent)
         upper.owners = set(child.owners)
         upper.ref = child.ref
