@@ -62,12 +62,16 @@ def gather(url: str | None = None, token: str | None = None) -> dict[str, Any]:
         "supervisor_pid": info.supervisor_pid if info else None,
         "run_dir": info.run_dir if info else None,
         "run_file": str(run_file_path()) if info else None,
+        "ray_address": info.ray_address if info else None,
         "workers": workers,
     }
 
 
 def _worker(url: str, entry: Any, routed: dict[str, Any], is_healthy: bool) -> dict[str, Any]:
-    alive = entry is not None and same_process(entry.pid, entry.create_time) is not None
+    placed = entry is not None and entry.node is not None  # --ray: its pid is on its node
+    alive = entry is not None and (
+        entry.pid is not None if placed else same_process(entry.pid, entry.create_time) is not None
+    )
     return {
         "name": entry.name if entry is not None else url,
         "url": url,
@@ -77,4 +81,7 @@ def _worker(url: str, entry: Any, routed: dict[str, Any], is_healthy: bool) -> d
         "routed": bool(routed.get("healthy", False)),
         "restarts": entry.restarts if entry is not None else 0,
         "log": entry.log if entry is not None else None,
+        "node": entry.node if entry is not None else None,
+        "gpus": list(entry.gpus) if entry is not None else [],
+        "state": entry.state if placed else None,
     }

@@ -378,7 +378,6 @@ def _sglang_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
     request's prefix before the plugin orders the queue, so the policy's LPM order and
     extend charges see the real cache; ``--enable-metrics`` keeps SGLang's Prometheus
     gauges for ``fairserve top``."""
-
     config = _sglang_config(options)
     groups = gpu_groups(options.gpus, options.tp, options.workers)
     ports = free_ports(2 * len(groups))

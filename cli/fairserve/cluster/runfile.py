@@ -33,6 +33,12 @@ class WorkerEntry:
     log: str | None = None
     restarts: int = 0
     managed: bool = True
+    node: str | None = None
+    """``--ray``: the Ray node it runs on (its pid is a process *there*)."""
+    gpus: list[int] = field(default_factory=list)
+    """The GPUs it was given (``CUDA_VISIBLE_DEVICES`` on its node)."""
+    state: str | None = None
+    """``--ray``: running, restarting, or lost (its node died; it is not restarted)."""
 
 
 @dataclass
@@ -51,6 +57,8 @@ class RunInfo:
     run_dir: str
     workers: list[WorkerEntry] = field(default_factory=list)
     detached: bool = False
+    ray_address: str | None = None
+    """``--ray``: the Ray cluster the workers were placed on (its GCS address)."""
     version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:

@@ -19,19 +19,23 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from fairserve.cluster import runfile
 from fairserve.cluster.health import wait_healthy
-from fairserve.cluster.plan import LaunchPlan
+from fairserve.cluster.plan import LaunchPlan, WorkerSpec
 from fairserve.cluster.runfile import RunInfo, WorkerEntry
 from fairserve.cluster.workers import ManagedWorker, worker_env
 from fairserve.core.errors import FairserveError
 from fairserve.router.server import RouterServer
 from fairserve.router.state import snapshot
+
+if TYPE_CHECKING:
+    from fairserve.cluster.ray_fleet import RayFleet
 
 WATCH_INTERVAL_S = 0.2
 WORKER_STOP_TIMEOUT_S = 10.0
@@ -52,6 +56,8 @@ class Supervisor:
             ManagedWorker(spec, run_dir / f"{spec.name}.log", worker_env(token))
             for spec in plan.workers
         ]
+        self.fleet: RayFleet | None = None
+        """``--ray``: the workers on the Ray cluster (``workers`` is then empty)."""
         self.router: RouterServer | None = None
         self.info: RunInfo | None = None
 
@@ -64,8 +70,17 @@ class Supervisor:
                 f"router {running.router_url}); stop it with: fairserve stop"
             )
         try:
-            await self._start_workers()
-            self.router = RouterServer(self.plan.router)
+            config = self.plan.router
+            if self.plan.ray is not None:
+                specs = await self._start_ray()
+                config = replace(
+                    config,
+                    worker_urls=tuple(s.url for s in specs),
+                    extension_urls={s.url: s.extension_url for s in specs if s.extension_port},
+                )
+            else:
+                await self._start_workers()
+            self.router = RouterServer(config)
             url = await self.router.start()
         except BaseException:
             await self.shutdown()
@@ -91,6 +106,26 @@ class Supervisor:
             ]  # fmt: skip
             await asyncio.gather(*waits)
 
+    async def _start_ray(self) -> list[WorkerSpec]:
+        """Place and start the workers on the Ray cluster; what they run, with the URLs
+        they reported (the router fronts those)."""
+        from fairserve.cluster.ray_fleet import RayFleet, non_loopback_hosts
+
+        assert self.plan.ray is not None
+        token = self.plan.router.admin_token or ""
+        self.fleet = RayFleet(
+            self.plan.ray, token, self.run_dir, self.plan.ready_timeout_s, self.log
+        )
+        await self.fleet.start()
+        specs = self.fleet.specs
+        if hosts := non_loopback_hosts(specs):
+            self.log(
+                f"workers listen beyond loopback ({', '.join(hosts)}): every write to them "
+                "(quantum, weights, abort, flush) needs the admin token, which only the router "
+                "holds"
+            )
+        return specs
+
     def _run_info(self, url: str) -> RunInfo:
         cfg = self.plan.router
         pid = os.getpid()
@@ -107,11 +142,13 @@ class Supervisor:
             run_dir=str(self.run_dir),
             workers=self._entries(),
             detached=self.detached,
+            ray_address=self.fleet.address if self.fleet is not None else None,
         )
 
     def _entries(self) -> list[WorkerEntry]:
         remote = [WorkerEntry(name=url, url=url, managed=False) for url in self.plan.remote_urls]
-        return [w.entry() for w in self.workers] + remote
+        placed = self.fleet.entries() if self.fleet is not None else []
+        return [w.entry() for w in self.workers] + placed + remote
 
     async def watch(self, stop: asyncio.Event, tick: Callable[[], None] | None = None) -> None:
         """Restart crashed workers until ``stop`` is set; keep the run file current."""
@@ -119,6 +156,8 @@ class Supervisor:
             changed = False
             for worker in self.workers:
                 changed |= worker.check(time.monotonic(), self.log)
+            if self.fleet is not None:
+                changed |= await self.fleet.check()
             if changed and self.info is not None:
                 self.info.workers = self._entries()
                 runfile.write(self.info)
@@ -136,6 +175,8 @@ class Supervisor:
             worker.terminate()
         deadline_s = time.monotonic() + WORKER_STOP_TIMEOUT_S
         await asyncio.gather(*(asyncio.to_thread(w.wait_or_kill, deadline_s) for w in self.workers))
+        if self.fleet is not None:
+            await self.fleet.stop()
         if self.info is not None:
             runfile.remove(owner_pid=self.info.supervisor_pid)
             self.info = None
@@ -153,4 +194,5 @@ class Supervisor:
         for w in self.workers:
             state = f"pid {w.pid}" if w.exit_code() is None else "restarting"
             rows.append((w.spec.name, w.spec.url, state, w.restarts))
+        rows += self.fleet.rows() if self.fleet is not None else []
         return rows + [(url, url, "remote", 0) for url in self.plan.remote_urls]

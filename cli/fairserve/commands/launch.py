@@ -104,6 +104,26 @@ def launch(
             show_default=False,
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="[ADDRESS]",
+            is_flag=False,
+            flag_value="auto",
+            help="Place the workers on a Ray cluster (auto: RAY_ADDRESS or this host's).",
+            show_default=False,
+        ),
+    ] = None,
+    gpus_per_worker: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-worker",
+            min=0,
+            help="With --ray and sim workers: logical GPUs each reserves (default 1).",
+            show_default=False,
+        ),
+    ] = None,
     trust_identity_header: opts.TrustIdentityHeader = False,
     queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
     max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
@@ -185,7 +205,7 @@ def launch(
         metrics_max_clients=metrics_max_clients, drain_timeout_s=drain_timeout,
         trust_identity_header=trust_identity_header, request_timeout_s=request_timeout,
         first_byte_timeout_s=first_byte_timeout, stall_timeout_s=stall_timeout,
-        outlier_failures=outlier_failures,
+        outlier_failures=outlier_failures, ray_address=ray, gpus_per_worker=gpus_per_worker,
     )  # fmt: skip
     out = Output(json_mode=json_output)
     if dry_run:
@@ -243,9 +263,14 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
     from fairserve.router.identity import auth_mode
 
     cfg = plan.router
+    placed: dict[str, Any] = {}
+    if plan.ray is not None:
+        from fairserve.cluster.ray_fleet import describe_placement
+
+        placed = describe_placement(plan.ray)
     return {
         "engine": plan.engine,
-        "workers": [describe(spec) for spec in plan.workers],
+        "workers": placed.get("workers") or [describe(spec) for spec in plan.workers],
         "remote_workers": list(plan.remote_urls),
         "router": {
             "url": f"http://{cfg.host}:{cfg.port}",
@@ -253,7 +278,9 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
             "dispatch": cfg.dispatch,
             "quantum": cfg.quantum,
             "worker_quantum": cfg.worker_quantum,
-            "worker_urls": list(cfg.worker_urls),
+            "worker_urls": [w["url"] for w in placed["workers"]]
+            if placed
+            else list(cfg.worker_urls),
             "extension_urls": plan.extension_urls,
             "queue_cap": cfg.queue_cap,
             "max_body_bytes": cfg.max_body_bytes,
@@ -269,6 +296,7 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
             "auth_mode": auth_mode(cfg.clients, cfg.trust_identity_header),
         },
         "ready_timeout_s": plan.ready_timeout_s,
+        **({"ray": {k: placed[k] for k in ("ray_address", "nodes")}} if placed else {}),
     }
 
 
@@ -276,8 +304,14 @@ def _as_shell(description: dict[str, Any]) -> str:
     """One copy-pastable ``env ... command`` line per worker, then the router."""
     lines = []
     for worker in description["workers"]:
-        gpus = ",".join(map(str, worker["gpus"]))
-        where = f"{worker['url']}" + (f", GPUs {gpus}" if gpus else "")
+        if "node" in worker:  # --ray: the node it is placed on; GPU ids come from Ray there
+            where = (
+                f"node {worker['node_address']} ({worker['node'][:8]}), {worker['gpus']} GPU(s), "
+                f"{worker['url']} (port 0: picked free on the node at start)"
+            )
+        else:
+            gpus = ",".join(map(str, worker["gpus"]))
+            where = f"{worker['url']}" + (f", GPUs {gpus}" if gpus else "")
         if worker["extension_url"] != worker["url"]:
             where += f", fairserve extension {worker['extension_url']}"
         lines.append(f"# {worker['name']}: {where}")
@@ -285,6 +319,8 @@ def _as_shell(description: dict[str, Any]) -> str:
         unset = [f"-u {name}" for name in worker["unset_env"]]
         lines.append(" ".join(["env", *unset, *assignments, shlex.join(worker["argv"])]))
     router = description["router"]
+    if "ray" in description:
+        lines.insert(0, f"# Ray cluster {description['ray']['ray_address']}")
     lines.append(
         f"# router (in this process): {router['url']}, policy {router['policy']}, "
         f"dispatch {router['dispatch']}, workers {' '.join(router['worker_urls'])}"

@@ -67,13 +67,23 @@ def _table(data: dict[str, Any]) -> Table:
         f"Q^u {_num(quantum.get('quantum'))}  Q^w {_num(quantum.get('worker_quantum'))}  "
         f"identity {router.get('auth_mode') or '-'}"
     )
+    if data.get("ray_address"):
+        title += f"  Ray cluster {data['ray_address']}"
     table = Table(title=title, title_justify="left", caption=_settings(router.get("settings")))
-    for column in ("worker", "url", "pid", "health", "restarts", "log"):
+    placed = any(w.get("node") for w in data["workers"])
+    columns = ["worker", "url", "pid", "health", "restarts", "log"]
+    if placed:  # --ray: where each worker runs, its GPUs, and whether its node is lost
+        columns[3:3] = ["node", "gpus", "state"]
+    for column in columns:
         table.add_column(column, no_wrap=column != "log")
     for w in data["workers"]:
         health = "healthy" if w["healthy"] else "DOWN"
         pid = "-" if w["pid"] is None else str(w["pid"])
-        table.add_row(w["name"], w["url"], pid, health, str(w["restarts"]), w["log"] or "-")
+        row = [w["name"], w["url"], pid, health, str(w["restarts"]), w["log"] or "-"]
+        if placed:
+            gpus = ",".join(map(str, w.get("gpus") or [])) or "-"
+            row[3:3] = [(w.get("node") or "-")[:12], gpus, w.get("state") or "-"]
+        table.add_row(*row)
     return table
 
 
