@@ -109,6 +109,12 @@ def test_deep_nesting_is_a_400_not_a_recursion_error() -> None:
     assert "nested too deeply" in _refused(parse_json, just_over)
     within = b'{"prompt": "hi", "x": ' + b"[" * 20 + b"]" * 20 + b"}"
     assert parse_json(within)["prompt"] == "hi"
+    # Long bodies are walked rather than scanned for brackets: the same verdicts.
+    long_prompt = b'{"prompt": "' + b"[{ " * 2000 + b'", "x": '
+    just_over_long = long_prompt + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}"
+    assert "nested too deeply" in _refused(parse_json, just_over_long)
+    within_long = long_prompt + b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1) + b"}"
+    assert parse_json(within_long)["prompt"].startswith("[{ ")
 
 
 @pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])

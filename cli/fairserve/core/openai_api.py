@@ -162,10 +162,19 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise bad_request(f"request body is not valid JSON: {_excerpt(str(exc))}") from None
     if not isinstance(body, dict):
         raise bad_request(f"request body: expected a JSON object, got {_type_name(body)}")
-    # Fewer brackets than the limit cannot nest deeper than it (the common case: no walk).
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _too_deep(body):
+    # A short body with fewer brackets than the limit cannot nest deeper than it (no walk);
+    # a long one is walked: counting scans every byte of a long prompt (~17 us for 17 KB),
+    # the walk only the body's few containers (~2 us for a completion, ~6 for a chat).
+    if (
+        len(raw) > _COUNT_BRACKETS_BYTES or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+    ) and _too_deep(body):
         raise bad_request(_TOO_DEEP)
     return body
+
+
+_COUNT_BRACKETS_BYTES = 2048
+"""Bodies up to this size are checked for depth by counting brackets first (cheaper there
+than the walk of :func:`_too_deep`); longer ones are walked at once."""
 
 
 _TOO_DEEP = f"request body is nested too deeply (the most is {MAX_JSON_DEPTH} levels)"
