@@ -106,6 +106,8 @@ class Accounting:
         self.ledger = ServiceLedger()
         self.forgotten = 0
         """Idle clients dropped to stay within ``max_clients``."""
+        self.max_request_cost = 0.0
+        """Largest ``w_e·prompt + w_q·max_output`` seen: the ``U`` of the service-gap bound."""
 
     def client(self, name: str, now_s: float | None = None) -> ClientStats:
         stats = self.clients.get(name)
@@ -141,6 +143,10 @@ class Accounting:
 
     def estimate(self, prompt_tokens: int, max_output_tokens: int) -> float:
         return self.w_e * prompt_tokens + self.w_q * max_output_tokens
+
+    def service(self, usage: Usage) -> float:
+        """The whole service of a finished request."""
+        return self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
 
     # ------------------------------------------------------------------ events
     def arrived(self, client: str, estimate: float, now_s: float) -> ClientStats:
@@ -216,7 +222,7 @@ class Accounting:
         w.cached_tokens += usage.cached_tokens
         w.output_tokens += output
         self.ledger.idle(client, now_s)
-        return self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
+        return self.service(usage)
 
     def _credit(
         self,

@@ -40,6 +40,7 @@ from fairserve.core.openai_api import (
 from fairserve.core.types import Request
 from fairserve.router import proxy
 from fairserve.router.identity import application, identify, upstream_rid
+from fairserve.router.lifecycle import Call
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
 from fairserve.router.state import (
@@ -124,9 +125,7 @@ def check_open(router: Router) -> None:
         raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
 
 
-def prepare_call(
-    router: Router, route: Route, headers: Mapping[str, str], raw: bytes
-) -> proxy.Call:
+def prepare_call(router: Router, route: Route, headers: Mapping[str, str], raw: bytes) -> Call:
     """A generation request, validated, identified and counted, ready to queue and dispatch.
 
     Shared by the aiohttp handlers and the lean front (``front.py``), so both refuse,
@@ -149,13 +148,12 @@ def _new_call(
     client: str,
     app: str | None,
     raw: bytes,
-) -> proxy.Call:
+) -> Call:
     acc = router.accounting
     stats = acc.client(client)
     cap = router.config.queue_cap
     if stats.in_flight >= cap:
-        acc.rejected(client)
-        router.metrics.ended(client, "rejected")
+        router.lifecycle.refuse(client)
         raise ApiError(
             429,
             f"client {client!r} has {stats.in_flight} requests in the router (the cap is {cap});"
@@ -172,22 +170,19 @@ def _new_call(
         arrival_s=now,
         app=app,
     )
-    want_usage = spec.include_usage
-    estimate = acc.estimate(req.input_tokens, req.max_output_tokens)
-    if estimate > router.max_request_cost:
-        router.max_request_cost = estimate
-    acc.arrived(client, estimate, now)
-    return proxy.Call(
+    call = Call(
         route=route,
         client=client,
         req=req,
         payload=upstream_payload(raw, body, route, spec.stream, client, rid),
         stream=spec.stream,
-        want_usage=want_usage,
-        estimate=estimate,
+        want_usage=spec.include_usage,
+        estimate=acc.estimate(req.input_tokens, req.max_output_tokens),
         start_s=now,
         app=app,
     )
+    router.lifecycle.arrive(call, now)
+    return call
 
 
 def upstream_payload(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -29,11 +28,11 @@ from aiohttp import web
 from fairserve.api.auth import admin_headers
 from fairserve.core.errors import RequestRejected
 from fairserve.core.openai_api import APP_HEADER, CLIENT_HEADER, ApiError, Route, error_body
-from fairserve.core.types import Request
 from fairserve.router.accounting import Usage
 from fairserve.router.answer import AiohttpResponder, Responder
 from fairserve.router.fairqueue import FairQueue
 from fairserve.router.framing import Response, UpstreamError
+from fairserve.router.lifecycle import Call
 from fairserve.router.pool import Pool, header_value
 from fairserve.router.relay import InvalidAnswer, SseRelay, complete_body
 from fairserve.router.upstream import Upstream
@@ -58,36 +57,6 @@ class UpstreamFailed(Exception):
         self.unreachable = unreachable
 
 
-@dataclass(slots=True, eq=False)
-class Call:
-    """One client request on its way through the router."""
-
-    route: Route
-    client: str
-    req: Request
-    payload: bytes
-    stream: bool
-    want_usage: bool
-    estimate: float
-    start_s: float
-    app: str | None = None
-    tried: list[str] = field(default_factory=list)
-    sent: bool = False
-    """Bytes of the answer reached the client (no retry after that)."""
-    posted: bool = False
-    """The current attempt's request may have reached its worker."""
-    ended: bool = False
-    bad_gateway: bool = False
-    """The last attempt reached a worker that answered badly (502 if none is left)."""
-    broken: str | None = None
-    """Why the worker's answer broke off after the client got part of it (no retry then;
-    it still counts against the worker)."""
-    credited_prompt: int = 0
-    """Prompt tokens already credited to the client live (at the first streamed token)."""
-    credited_output: int = 0
-    """Output tokens already credited live (one per streamed event)."""
-
-
 async def forward(router: Router, call: Call, request: web.Request) -> web.StreamResponse:
     """Serve ``call`` on aiohttp: the response for the handler to return."""
     out = AiohttpResponder(request)
@@ -97,9 +66,11 @@ async def forward(router: Router, call: Call, request: web.Request) -> web.Strea
 
 
 async def serve(router: Router, call: Call, out: Responder) -> None:
-    """Serve ``call`` from some worker into ``out``; every exit path is accounted exactly
-    once. Raises :class:`ApiError` for answers the router makes itself (503, 429)."""
+    """Serve ``call`` from some worker into ``out``. What happens to it is reported to the
+    router's :class:`~fairserve.router.lifecycle.Lifecycle`, which ends it exactly once.
+    Raises :class:`ApiError` for answers the router makes itself (503, 429)."""
     router.enter()
+    life = router.lifecycle
     try:
         last_error = ""
         while True:
@@ -108,17 +79,15 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
                 await _attempt(router, call, worker, out)
             except UpstreamFailed as exc:
                 last_error = f"{worker}: {exc}"
-                call.bad_gateway = not exc.unreachable
-                router.answer_failed(worker, str(exc), exc.unreachable)
+                life.retry(call, worker, str(exc), exc.unreachable)
                 continue
             if call.broken is None:
-                router.answer_ok(worker)
+                life.judge(call, worker, None)
             else:
-                router.answer_failed(worker, call.broken, call.broken.startswith("stalled"))
+                life.judge(call, worker, call.broken, call.broken.startswith("stalled"))
             return
     finally:
-        if not call.ended:
-            _end(router, call, "aborted")
+        life.abort(call)  # nothing if it ended
         router.leave()
 
 
@@ -128,55 +97,52 @@ def _choose(router: Router, call: Call, last_error: str) -> str:
     try:
         worker = router.dispatcher.choose(call.req, available)
     except NoWorkerAvailable:
+        router.lifecycle.fail(call)
         if call.tried:
-            _end(router, call, "failed")
             status = 502 if call.bad_gateway else 503
             raise ApiError(status, f"every worker tried failed; last error: {last_error}") from None
-        _end(router, call, "failed")
         raise ApiError(
             503, "no healthy worker is available", headers={"Retry-After": "1"}
         ) from None
-    if call.tried:
-        router.accounting.worker(worker).retried += 1
-    call.tried.append(worker)
+    router.lifecycle.dispatch(call, worker)
     return worker
 
 
 async def _attempt(router: Router, call: Call, worker: str, out: Responder) -> None:
+    """One attempt on ``worker``; released exactly once however it ends (an answer not
+    read to its end closes its connection; a client that left also gets its request
+    aborted by id, so no GPU time is spent for nobody)."""
     up = router.upstreams[worker]
-    req = call.req
-    router.dispatcher.on_dispatch(req, worker)
-    router.bound_tree(worker)
-    router.accounting.worker(worker).requests += 1
-    up.in_flight += 1
-    outcome: Usage | str = "aborted"
+    life = router.lifecycle
+    usage: Usage | None = None
     resp: Response | None = None
-    queued = up.queue
-    call.posted = False
     try:
-        if queued is not None:
-            await _wait_queue(router, call, queued)
+        if up.queue is not None:
+            await _wait_queue(router, call, up.queue)
+        life.send(call)
         resp = await _send(router, up, call)
-        outcome = await _relay(router, call, resp, out)
-    except UpstreamFailed:
-        outcome = "retry"
-        raise
+        usage = await _relay(router, call, resp, out)
     finally:
-        up.in_flight -= 1
-        _release(router, call, worker, outcome, resp)
+        abandoned = usage is None and call.worker is not None and not call.ended
+        life.release(call, usage)
+        unfinished = resp is None or not resp.done
+        if resp is not None and not resp.done:
+            resp.close()
+        if abandoned and call.posted and unfinished:
+            router.spawn(_abort_upstream(router, worker, call.req.id))
 
 
 async def _wait_queue(router: Router, call: Call, queue: FairQueue) -> None:
-    stats = router.accounting.client(call.client)
-    stats.queued += 1
+    life = router.lifecycle
+    life.queue(call)
     try:
         await queue.acquire(call.req)
     except RequestRejected as exc:
-        _end(router, call, "rejected")
+        life.reject(call)
         retry = str(max(1, round(exc.retry_after_s)))
         raise ApiError(429, str(exc), headers={"Retry-After": retry}) from None
     finally:
-        stats.queued -= 1
+        life.admit(call)  # nothing if it left otherwise
 
 
 async def _send(router: Router, up: Upstream, call: Call) -> Response:
@@ -221,14 +187,16 @@ def _identity_headers(call: Call) -> bytes:
     return lines
 
 
-async def _relay(router: Router, call: Call, resp: Response, out: Responder) -> Usage | str:
+async def _relay(router: Router, call: Call, resp: Response, out: Responder) -> Usage | None:
+    """Relay the worker's answer; the usage of an answered request (None: it failed)."""
     if resp.status != 200:
         try:
             body = await resp.read()
         except UpstreamError as exc:
             raise UpstreamFailed(f"answer cut off: {exc}") from None
         out.answer(resp.status, body)
-        return "failed"
+        router.lifecycle.fail(call)
+        return None
     if call.stream:
         if not resp.content_type.startswith("text/event-stream"):
             resp.close()
@@ -242,22 +210,26 @@ async def _relay(router: Router, call: Call, resp: Response, out: Responder) -> 
         data, usage = complete_body(data, call.route, call.req.input_tokens)
     except InvalidAnswer as exc:
         raise UpstreamFailed(f"invalid answer: {exc}") from None
-    latency = time.monotonic() - call.start_s
-    _finish(router, call, usage, latency, latency)
+    now = time.monotonic()
+    latency = now - call.start_s
+    # Answered before the last write: a client that leaves during it still got its answer.
+    router.lifecycle.answer(call, usage, latency, latency, now)
     out.answer(200, data)
     return usage
 
 
-async def _relay_stream(router: Router, call: Call, resp: Response, out: Responder) -> Usage | str:
+async def _relay_stream(router: Router, call: Call, resp: Response, out: Responder) -> Usage | None:
+    life = router.lifecycle
     relay = SseRelay(call.route, call.want_usage, call.req.input_tokens)
     ttft_s: float | None = None
     try:
         while chunk := await resp.read_some():
             data = relay.feed(chunk)
             if relay.state.first_token:
+                now = time.monotonic()
                 if ttft_s is None:
-                    ttft_s = time.monotonic() - call.start_s
-                _credit_progress(router, call, relay.state.chunks)
+                    ttft_s = now - call.start_s
+                life.progress(call, relay.state.chunks, now)
             if not data:
                 continue
             if not call.sent:
@@ -267,18 +239,20 @@ async def _relay_stream(router: Router, call: Call, resp: Response, out: Respond
         if not call.sent:
             raise UpstreamFailed(f"stream cut off: {exc}") from None
         call.broken = str(exc)
+        life.fail(call)
         error = ApiError(502, f"the worker's stream broke off: {exc}")
         await out.write(b"data: " + json.dumps(error_body(error)).encode() + b"\n\n")
         await out.write_eof()
-        return "failed"
+        return None
     if not call.sent and relay.state.chunks == 0:
         raise UpstreamFailed("stream ended without an event")
     if not call.sent:
         await _open_stream(out, call)
     await out.write(relay.close())
     usage = relay.usage()
-    latency = time.monotonic() - call.start_s
-    _finish(router, call, usage, latency, ttft_s if ttft_s is not None else latency)
+    now = time.monotonic()
+    latency = now - call.start_s
+    life.answer(call, usage, latency, ttft_s if ttft_s is not None else latency, now)
     await out.write_eof()
     return usage
 
@@ -286,84 +260,6 @@ async def _relay_stream(router: Router, call: Call, resp: Response, out: Respond
 async def _open_stream(out: Responder, call: Call) -> None:
     call.sent = True
     await out.open_stream()
-
-
-def _credit_progress(router: Router, call: Call, events: int) -> None:
-    """Credit what reached the client so far: the prompt once, at the first token, then
-    one output token per streamed event (the final usage corrects both)."""
-    prompt = 0 if call.credited_prompt else call.req.input_tokens
-    output = events - call.credited_output
-    if prompt or output > 0:
-        router.accounting.delivered(
-            call.client, call.tried[-1], prompt, max(0, output), time.monotonic()
-        )
-        call.credited_prompt += prompt
-        call.credited_output += max(0, output)
-
-
-# ------------------------------------------------------------------ endings
-def _finish(
-    router: Router, call: Call, usage: Usage, latency_s: float, ttft_s: float | None
-) -> None:
-    """Account a request that ended with an answer (before the last write: a client that
-    leaves during ``write_eof`` still got its answer)."""
-    if call.ended:
-        return
-    call.ended = True
-    worker = call.tried[-1]
-    now = time.monotonic()
-    credited = Usage(call.credited_prompt, 0, call.credited_output)
-    service = router.accounting.finished(
-        call.client, worker, call.estimate, usage, latency_s, ttft_s, now, credited
-    )
-    router.metrics.finished(call.client, service, usage, latency_s, ttft_s)
-    if router.trace is not None:
-        router.trace.write(
-            call.client,
-            call.app,
-            call.start_s - router.started_s,
-            call.req.prompt_key,
-            usage.completion_tokens,
-            call.req.max_output_tokens,
-        )
-
-
-def _end(router: Router, call: Call, outcome: str) -> None:
-    if call.ended:
-        return
-    call.ended = True
-    router.accounting.ended(call.client, call.estimate, outcome)
-    router.metrics.ended(call.client, outcome)
-
-
-def _release(
-    router: Router,
-    call: Call,
-    worker: str,
-    outcome: Usage | str,
-    resp: Response | None,
-) -> None:
-    """Give the worker's slot back in the dispatcher and the fair queue; abort upstream
-    work nobody will read (an answer not read to its end closes its connection; a client
-    that left also gets its request aborted by id)."""
-    req, up = call.req, router.upstreams[worker]
-    if isinstance(outcome, Usage):
-        req.cached_tokens = min(outcome.cached_tokens, req.input_tokens)
-        req.output_tokens = outcome.completion_tokens
-        router.dispatcher.on_finish(req, worker, outcome.completion_tokens)
-        if up.queue is not None:
-            up.queue.finish(req, outcome.completion_tokens, outcome.cached_tokens)
-    else:
-        router.dispatcher.on_abort(req, worker)
-        if up.queue is not None:
-            up.queue.abort(req)
-        if outcome == "failed":
-            _end(router, call, "failed")
-    unfinished = resp is None or not resp.done
-    if resp is not None and not resp.done:
-        resp.close()
-    if outcome == "aborted" and call.posted and unfinished:
-        router.spawn(_abort_upstream(router, worker, req.id))
 
 
 async def _abort_upstream(router: Router, worker: str, rid: str) -> None:

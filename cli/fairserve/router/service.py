@@ -21,12 +21,14 @@ from fairserve.api import paths
 from fairserve.api.auth import admin_headers
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import ApiError
-from fairserve.core.types import validate_weight
 from fairserve.router import persist
 from fairserve.router.accounting import Accounting
 from fairserve.router.config import RouterConfig
 from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS, FairQueue
+from fairserve.router.feeds import LedgerFeed, MetricsFeed, TraceFeed, WorkerFeed
+from fairserve.router.lifecycle import Lifecycle
 from fairserve.router.metrics import RouterMetrics
+from fairserve.router.settings import FairnessSettings, default_quantum
 from fairserve.router.upstream import HealthProber, Upstream, every, poll_evictions
 from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.sched.dispatch.cache_aware import LRU_LOW_WATERMARK
@@ -94,25 +96,26 @@ class Router:
         self.dispatcher = build_dispatcher(config, config.worker_urls)
         self.accounting = Accounting(config.weights, config.w_e, config.w_q)
         self.metrics = RouterMetrics(config.metrics_max_clients, config.weights)
+        self.lifecycle = Lifecycle(
+            [
+                LedgerFeed(self.accounting),
+                WorkerFeed(self),
+                MetricsFeed(self.metrics, self.accounting),
+            ]
+        )
+        """Every request's events reach the ledger, workers and metrics through here."""
         self.upstreams = {
             url: Upstream(url, extension_url=config.extension_urls.get(url))
             for url in config.worker_urls
         }
-        self.local_quantum: float | None = config.quantum
-        self.worker_quanta: dict[str, float | None] = {}
-        """Q^u each worker with the extension reports (read when it comes up, and after
-        every change): what ``GET /fairserve/v1/quantum`` shows before anyone set one."""
-        self.weights: dict[str, float] = dict(config.weights)
-        self.live_weights: dict[str, float] = {}
-        """Weights changed through the admin API: pushed again to workers that come up."""
+        self.settings = self._settings()
+        """The one owner of weights and quanta (see ``router.settings``)."""
         self.settings_path = Path(config.settings_path) if config.settings_path else None
         self.restored_at_start = False
         """Settings were read back from ``settings_path`` at start."""
         self.saved_at: float | None = None
         """Unix time the live settings were last saved (or restored from)."""
         self._restore()
-        self.max_request_cost = 0.0
-        """Largest ``w_e·prompt + w_q·max_output`` seen: the ``U`` of the service-gap bound."""
         self.session: aiohttp.ClientSession | None = None
         self.prober: HealthProber | None = None
         self.draining = False
@@ -122,10 +125,56 @@ class Router:
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._trace_file: IO[str] | None = None
         self.trace: TraceWriter | None = None
+        self._trace_feed: TraceFeed | None = None
         self.idle = asyncio.Event()
         self.idle.set()
 
-    # ------------------------------------------------------------------ saved settings
+    # ------------------------------------------------------------------ fairness settings
+    def _settings(self) -> FairnessSettings:
+        """The settings and who applies them: the dispatcher (read at each change: a test
+        may wrap it), the accounting and the router-side queues."""
+        config = self.config
+        settings = FairnessSettings(
+            config.weights,
+            config.quantum,
+            self.dispatcher.quantum,
+            getattr(build_queue_policy(config), "quantum", None),
+            default_quantum(config.policy),
+        )
+        settings.on_weight(lambda client, weight: self.dispatcher.set_weight(client, weight))
+        settings.on_weight(self._queues_weight)
+        settings.on_weight(self.accounting.set_weight)  # never creates a client
+        settings.on_quantum(self._queues_quantum)
+        settings.on_worker_quantum(lambda quantum: self.dispatcher.set_quantum(quantum))
+        return settings
+
+    def _queues_weight(self, client: str, weight: float) -> None:
+        for up in self.upstreams.values():
+            if up.queue is not None:
+                up.queue.policy.set_weight(client, weight)
+
+    def _queues_quantum(self, quantum: float) -> None:
+        build_queue_policy(self.config).set_quantum(quantum)  # refuses bad values first
+        for up in self.upstreams.values():
+            if up.queue is not None:
+                up.queue.policy.set_quantum(quantum)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return self.settings.weights
+
+    @property
+    def live_weights(self) -> dict[str, float]:
+        return self.settings.live_weights
+
+    @property
+    def local_quantum(self) -> float | None:
+        return self.settings.quantum
+
+    @property
+    def worker_quanta(self) -> dict[str, float | None]:
+        return self.settings.worker_quanta
+
     def _restore(self) -> None:
         """Apply what the admin API changed before a restart (see ``router.persist``):
         saved weights over the clients file's; saved quanta where the command line set none."""
@@ -136,15 +185,12 @@ class Router:
             return
         self.restored_at_start, self.saved_at = True, saved.saved_at
         for client, weight in saved.weights.items():
-            self.dispatcher.set_weight(client, weight)
-            self.weights[client] = self.live_weights[client] = weight
-            self.accounting.set_weight(client, weight)
+            self.settings.set_weight(client, weight)
         try:
             if self.config.quantum is None and saved.quantum is not None:
-                build_queue_policy(self.config).set_quantum(saved.quantum)
-                self.local_quantum = saved.quantum
+                self.settings.set_quantum(saved.quantum)
             if self.config.worker_quantum is None and saved.worker_quantum is not None:
-                self.dispatcher.set_quantum(saved.worker_quantum)
+                self.settings.set_worker_quantum(saved.worker_quantum)
         except ConfigError as exc:
             log.warning("saved quanta in %s do not apply: %s", self.settings_path, exc)
         log.info("restored live settings from %s", self.settings_path)
@@ -153,11 +199,7 @@ class Router:
         """Write the live settings (atomically); a failure is logged, never fatal."""
         if self.settings_path is None:
             return
-        settings = persist.LiveSettings(
-            weights=dict(self.live_weights),
-            quantum=self.local_quantum,
-            worker_quantum=self.dispatcher.quantum,
-        )
+        settings = self.settings.live()
         try:
             persist.save(self.settings_path, settings)
         except OSError as exc:
@@ -171,7 +213,7 @@ class Router:
             "file": None if self.settings_path is None else str(self.settings_path),
             "restored_at_start": self.restored_at_start,
             "saved_at": self.saved_at,
-            "live_weights": dict(sorted(self.live_weights.items())),
+            **self.settings.view(),
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -192,6 +234,8 @@ class Router:
         if cfg.trace_path is not None:
             self._trace_file = Path(cfg.trace_path).open("w", encoding="utf-8")  # noqa: SIM115
             self.trace = TraceWriter(self._trace_file)
+            self._trace_feed = TraceFeed(self.trace, self.started_s)
+            self.lifecycle.subscribe(self._trace_feed)
         await self.check_health()
         self.accounting.sample(time.monotonic())
         self._tasks = [
@@ -212,6 +256,9 @@ class Router:
         if self.session is not None:
             await self.session.close()
             self.session = None
+        if self._trace_feed is not None:
+            self.lifecycle.unsubscribe(self._trace_feed)
+            self._trace_feed = None
         if self._trace_file is not None:
             self._trace_file.close()
             self._trace_file = None
@@ -277,13 +324,17 @@ class Router:
         if self.prober is not None:
             self.prober.mark_down(self.upstreams[worker], reason)
 
+    @property
+    def max_request_cost(self) -> float:
+        """Largest request cost seen (the ledger's)."""
+        return self.accounting.max_request_cost
+
     def answer_failed(self, worker: str, reason: str, unreachable: bool) -> None:
         """Passive outlier detection: a worker that could not be reached is ejected at once;
         one that answers badly (5xx, invalid answers, broken or stalled streams) after
         ``outlier_failures`` in a row, and is then held out for ``outlier_cooldown_s``,
         doubled per repeat (max 5 min), even if its ``/health`` says ok."""
         up = self.upstreams[worker]
-        self.accounting.worker(worker).failures += 1
         up.failed_answers += 1
         if unreachable:
             self.eject(worker, reason)
@@ -309,21 +360,21 @@ class Router:
         wants_queue = mode == "on" or (mode == "auto" and not up.extension)
         if wants_queue and up.queue is None:
             up.queue = FairQueue(
-                build_queue_policy(self.config, self.weights),
+                build_queue_policy(self.config, self.settings.weights),
                 self.config.max_outstanding_per_worker,
                 up.max_total_tokens or DEFAULT_CACHE_TOKENS,
             )
-            if self.local_quantum is not None:
-                up.queue.policy.set_quantum(self.local_quantum)
+            if self.settings.quantum is not None:
+                up.queue.policy.set_quantum(self.settings.quantum)
         elif not wants_queue and up.queue is not None and up.queue.outstanding == 0:
             up.queue = None
         if up.extension and self.prober is not None:
-            self.worker_quanta.pop(up.url, None)  # a restarted worker runs its own default
-            if self.local_quantum is not None:
-                self.spawn(self._forward_quantum(up, self.local_quantum))
+            self.settings.forget(up.url)  # a restarted worker runs its own default
+            if self.settings.quantum is not None:
+                self.spawn(self._forward_quantum(up, self.settings.quantum))
             else:
                 self.spawn(self._read_worker_quantum(up))
-            for client, weight in self.live_weights.items():
+            for client, weight in self.settings.live_weights.items():
                 self.spawn(self._forward_weight(up, client, weight))
 
     def _worker_down(self, up: Upstream) -> None:
@@ -375,7 +426,7 @@ class Router:
         missing = [
             up
             for url, up in self.upstreams.items()
-            if self.routed_extension(url) and url not in self.worker_quanta
+            if self.routed_extension(url) and url not in self.settings.worker_quanta
         ]
         if missing and self.session is not None:
             await asyncio.gather(*(self._read_worker_quantum(up) for up in missing))
@@ -396,22 +447,17 @@ class Router:
         value = body.get("quantum")  # null: the worker's policy has no quantum
         if isinstance(value, bool) or not isinstance(value, int | float):
             value = None
-        self.worker_quanta[up.url] = None if value is None else float(value)
+        self.settings.reported(up.url, None if value is None else float(value))
 
     async def set_quanta(self, worker_quantum: float | None, quantum: float | None) -> list[str]:
         """Set Q^w (dispatcher) and/or Q^u (router queues and workers with the extension).
 
         Returns the workers that refused the forwarded Q^u (url: error)."""
         if worker_quantum is not None:
-            self.dispatcher.set_quantum(worker_quantum)
+            self.settings.set_worker_quantum(worker_quantum)
         errors: list[str] = []
         if quantum is not None:
-            probe = build_queue_policy(self.config)
-            probe.set_quantum(quantum)  # refuses policies without a quantum, bad values
-            self.local_quantum = quantum
-            for up in self.upstreams.values():
-                if up.queue is not None:
-                    up.queue.policy.set_quantum(quantum)
+            self.settings.set_quantum(quantum)
             targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
             results = await asyncio.gather(*(self._forward_quantum(up, quantum) for up in targets))
             errors = [e for e in results if e]
@@ -424,9 +470,9 @@ class Router:
         error = await self.prober.put_quantum(up, quantum)
         if error:
             log.warning("could not set the quantum of worker %s", error)
-            self.worker_quanta.pop(up.url, None)
+            self.settings.forget(up.url)
         else:
-            self.worker_quanta[up.url] = quantum
+            self.settings.reported(up.url, quantum)
         return error
 
     # ------------------------------------------------------------------ weights
@@ -437,17 +483,8 @@ class Router:
 
         Workers without a weights endpoint keep their weights; they are listed under
         ``workers`` as ``unsupported``."""
-        validate_weight(client, weight)
-        previous = self.weights.get(client, 1.0)
-        self.dispatcher.set_weight(client, weight)
-        queues = 0
-        for up in self.upstreams.values():
-            if up.queue is not None:
-                up.queue.policy.set_weight(client, weight)
-                queues += 1
-        self.weights[client] = weight
-        self.live_weights[client] = weight
-        self.accounting.set_weight(client, weight)  # never creates a client without traffic
+        previous = self.settings.set_weight(client, weight)
+        queues = sum(1 for up in self.upstreams.values() if up.queue is not None)
         self._save()
         targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
         pushes = await asyncio.gather(*(self._forward_weight(up, client, weight) for up in targets))

@@ -22,8 +22,6 @@ from fairserve.api.jsonsafe import json_safe as json_safe  # the one rule; handl
 from fairserve.core.ledger import DEFAULT_WINDOW_S, SERVICE_UNIT, WindowView
 from fairserve.router.identity import auth_mode
 from fairserve.router.upstream import Upstream
-from fairserve.sched.local.base import local_policy_class
-from fairserve.sched.registry import load_all
 
 if TYPE_CHECKING:
     from fairserve.router.service import Router
@@ -107,50 +105,31 @@ def quantum_view(router: Router) -> dict[str, Any]:
     ``quantum_source`` says which (``set``, ``workers``, ``router-queue``, ``default``; null
     for a policy without a quantum) and ``worker_quanta`` lists each worker's own report
     (null: not known yet)."""
-    quantum, source = _effective_quantum(router)
+    settings = router.settings
+    queues = any(up.queue is not None for up in router.upstreams.values())
+    quantum, source = settings.effective_quantum(router.routed_extension, queues)
     return {
         "dispatch": router.dispatcher.name,
-        "worker_quantum": router.dispatcher.quantum,
+        "worker_quantum": settings.worker_quantum,
         "policy": router.config.policy,
         "quantum": quantum,
         "quantum_source": source,
         "worker_quanta": {
-            url: router.worker_quanta.get(url)
+            url: settings.worker_quanta.get(url)
             for url, up in router.upstreams.items()
             if up.extension
         },
     }
 
 
-def _effective_quantum(router: Router) -> tuple[float | None, str | None]:
-    if router.local_quantum is not None:
-        return router.local_quantum, "set"
-    for url, quantum in router.worker_quanta.items():
-        if quantum is not None and router.routed_extension(url):
-            return quantum, "workers"
-    for up in router.upstreams.values():
-        if up.queue is not None and up.queue.policy.quantum is not None:
-            return up.queue.policy.quantum, "router-queue"
-    default = default_quantum(router.config.policy)
-    return default, None if default is None else "default"
-
-
-def default_quantum(policy: str) -> float | None:
-    """The declared default ``Q^u`` of ``policy`` (None: it has no quantum)."""
-    load_all()
-    for param in local_policy_class(policy).params:
-        if param.name == "quantum":
-            return float(param.default)
-    return None
-
-
 def weights_view(router: Router) -> dict[str, Any]:
     """Every client's weight (configured, changed live, or the default 1 of a client seen
     without one) and those changed through the admin API."""
-    names = set(router.weights) | set(router.accounting.clients)
+    settings = router.settings
+    names = set(settings.weights) | set(router.accounting.clients)
     return {
-        "weights": {name: router.weights.get(name, 1.0) for name in sorted(names)},
-        "changed": dict(sorted(router.live_weights.items())),
+        "weights": {name: settings.weight(name) for name in sorted(names)},
+        "changed": dict(sorted(settings.live_weights.items())),
     }
 
 

@@ -1,0 +1,143 @@
+"""The router's subscribers to the request lifecycle (:mod:`~fairserve.router.lifecycle`).
+
+Each part of the router that counts or holds something per request hears the lifecycle's
+events here and nowhere else: the ledger (:class:`LedgerFeed`), the workers' dispatcher,
+fair queues and in-flight counts with their health verdicts (:class:`WorkerFeed`), the
+Prometheus counters (:class:`MetricsFeed`) and the workload trace (:class:`TraceFeed`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fairserve.router.accounting import Accounting, Usage
+from fairserve.router.lifecycle import Call, Subscriber
+from fairserve.router.metrics import RouterMetrics
+from fairserve.workloads.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from fairserve.router.service import Router
+
+
+class LedgerFeed(Subscriber):
+    """Per-client and per-worker bookkeeping (:class:`~fairserve.router.accounting.Accounting`)."""
+
+    def __init__(self, accounting: Accounting) -> None:
+        self.accounting = accounting
+
+    def refused(self, client: str) -> None:
+        self.accounting.rejected(client)
+
+    def arrived(self, call: Call, now_s: float) -> None:
+        acc = self.accounting
+        if call.estimate > acc.max_request_cost:
+            acc.max_request_cost = call.estimate
+        acc.arrived(call.client, call.estimate, now_s)
+
+    def dispatched(self, call: Call, worker: str) -> None:
+        stats = self.accounting.worker(worker)
+        stats.requests += 1
+        if len(call.tried) > 1:
+            stats.retried += 1
+
+    def queued(self, call: Call, worker: str) -> None:
+        self.accounting.client(call.client).queued += 1
+
+    def unqueued(self, call: Call, worker: str) -> None:
+        self.accounting.client(call.client).queued -= 1
+
+    def progress(self, call: Call, prompt_tokens: int, output_tokens: int, now_s: float) -> None:
+        self.accounting.delivered(call.client, call.tried[-1], prompt_tokens, output_tokens, now_s)
+
+    def answered(
+        self, call: Call, usage: Usage, latency_s: float, ttft_s: float | None, now_s: float
+    ) -> None:
+        credited = Usage(call.credited_prompt, 0, call.credited_output)
+        self.accounting.finished(
+            call.client, call.tried[-1], call.estimate, usage, latency_s, ttft_s, now_s, credited
+        )
+
+    def ended(self, call: Call, outcome: str) -> None:
+        self.accounting.ended(call.client, call.estimate, outcome)
+
+    def judged(self, call: Call, worker: str, fault: str | None, unreachable: bool) -> None:
+        if fault is not None:
+            self.accounting.worker(worker).failures += 1
+
+
+class WorkerFeed(Subscriber):
+    """The worker side: the dispatcher's loads and tree, the worker's fair queue, its
+    in-flight count and passive outlier detection (:meth:`Router.answer_failed`).
+
+    Reads ``router.dispatcher`` at each event: a test may wrap the dispatcher."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def dispatched(self, call: Call, worker: str) -> None:
+        router = self.router
+        router.dispatcher.on_dispatch(call.req, worker)
+        router.bound_tree(worker)
+        router.upstreams[worker].in_flight += 1
+
+    def released(self, call: Call, worker: str, usage: Usage | None) -> None:
+        router = self.router
+        req, up = call.req, router.upstreams[worker]
+        up.in_flight -= 1
+        if usage is not None:
+            req.cached_tokens = min(usage.cached_tokens, req.input_tokens)
+            req.output_tokens = usage.completion_tokens
+            router.dispatcher.on_finish(req, worker, usage.completion_tokens)
+            if up.queue is not None:
+                up.queue.finish(req, usage.completion_tokens, usage.cached_tokens)
+        else:
+            router.dispatcher.on_abort(req, worker)
+            if up.queue is not None:
+                up.queue.abort(req)
+
+    def judged(self, call: Call, worker: str, fault: str | None, unreachable: bool) -> None:
+        if fault is None:
+            self.router.answer_ok(worker)
+        else:
+            self.router.answer_failed(worker, fault, unreachable)
+
+
+class MetricsFeed(Subscriber):
+    """The per-client Prometheus counters and histograms (they outlive the ledger's
+    forgetting of idle clients, as counters must)."""
+
+    def __init__(self, metrics: RouterMetrics, accounting: Accounting) -> None:
+        self.metrics = metrics
+        self.accounting = accounting
+
+    def refused(self, client: str) -> None:
+        self.metrics.ended(client, "rejected")
+
+    def answered(
+        self, call: Call, usage: Usage, latency_s: float, ttft_s: float | None, now_s: float
+    ) -> None:
+        service = self.accounting.service(usage)
+        self.metrics.finished(call.client, service, usage, latency_s, ttft_s)
+
+    def ended(self, call: Call, outcome: str) -> None:
+        self.metrics.ended(call.client, outcome)
+
+
+class TraceFeed(Subscriber):
+    """``--trace``: every answered request as a workload trace line."""
+
+    def __init__(self, writer: TraceWriter, started_s: float) -> None:
+        self.writer = writer
+        self.started_s = started_s
+
+    def answered(
+        self, call: Call, usage: Usage, latency_s: float, ttft_s: float | None, now_s: float
+    ) -> None:
+        self.writer.write(
+            call.client,
+            call.app,
+            call.start_s - self.started_s,
+            call.req.prompt_key,
+            usage.completion_tokens,
+            call.req.max_output_tokens,
+        )
