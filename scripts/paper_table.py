@@ -283,18 +283,41 @@ def dlpm_rows() -> list[Row]:
 DOUBLEQ_PROFILE = "a10g-llama-3.2-3b"
 DOUBLEQ_WORKERS = 4
 MISBEHAVING = ("long-qa-s1", "long-qa-s2", "tot-s1", "tot-s2", "judge")
-CLOSE_TO_CACHE_AWARE = (
-    "within 1%: both keep the same documents cached (hit rate 0.596 against 0.598); the "
-    "paper's margin is not reproduced"
+SAME_DISPATCH_AS_CACHE_AWARE = (
+    "0.5% short: at the default Q^w no client spends its quantum on its cached worker in "
+    "300 s, so DoubleQ's worker choices are cache-aware's (identical records with LPM locally, "
+    "tests/sched/test_doubleq_paper.py) and the gap is DLPM's fairness against LPM locally "
+    "(hit rate 0.596 against 0.598); the paper's margin comes from Preble sending one prefix's "
+    "requests to one GPU however loaded, which this cache-aware's sglang-router balance test "
+    "prevents"
 )
 LOCAL_NOT_DISPATCH = {
-    "long-qa-s2": "at every Q^w measured, 2^11 to inf, DoubleQ+DLPM's good-client p99 stays "
-    "above cache-aware+LPM's (2.8x at 2^11, 1.2x from 2^20 up): not the dispatch's doing alone "
-    "(open)"
+    "long-qa-s2": "the dispatch is not the cause (LPM under DoubleQ gives cache-aware's records "
+    "exactly); DLPM's deficit order is: at equal rates cache-aware keeps a bounded queue (the "
+    "20 documents a client asks about stay cached), so the misbehaving client takes nothing "
+    "from the others, and DLPM holds a well-behaved client's cache hits behind other clients' "
+    "document prefills after its own miss (good clients' hit TTFT p50 2.3 s against LPM's "
+    "1.1 s); measured at Q^u 512 to 2.6e5, fill patience 8 to inf, Q^w 2^15 to inf: never "
+    "below 0.87x; with Q^u = 1e9 (no fairness) DLPM is LPM. The paper names long-QA S2 "
+    "DoubleQ's worst case (§6.2)"
+}
+NO_HOT_SPOT = (
+    "the paper's Preble loses by hot-spotting (§7.1: one client's requests kept on one GPU "
+    "however loaded); this cache-aware balances load with sglang-router's test and does not"
+)
+AVERAGE_WHY = {
+    "p99-ca": f"below 2x: long-QA S2 (see its row), long-QA S1 and tot-s2 are under 1.5x; "
+    f"{NO_HOT_SPOT}",
+    "p99-rr": "direction holds (>= 2x); below the paper's average, which is of mean latency "
+    "over 8 scenarios on up to 8 A100s (next rows: the paper's metric)",
+    "mean-ca": f"long-QA S2 (see its row) and tot-s2 stay near 1x; {NO_HOT_SPOT}",
+    "mean-rr": "direction holds (>= 2x), above the paper's average: round robin scatters each "
+    "long-QA document over the workers, and the queues it builds grow through the whole 300 s",
 }
 
 
 def good_p99_s(report: dict[str, Any]) -> float:
+    """The largest p99 per-call latency among the well-behaved clients."""
     return max(
         float(c["latency_p99_s"])
         for n, c in report["clients"].items()
@@ -302,32 +325,58 @@ def good_p99_s(report: dict[str, Any]) -> float:
     )
 
 
-def doubleq_runs(name: str) -> dict[str, dict[str, Any]]:
+def good_mean_latency_s(name: str, sim: Any) -> float:
+    """The paper's latency (§6.1): TTFT for long-context QA, the program's end-to-end
+    completion time otherwise, averaged over the well-behaved clients' requests."""
+    if name.startswith("long-qa"):
+        times = [r.first_token_s - r.arrival_s for r in sim.recorder.records]
+        clients = [r.client for r in sim.recorder.records]
+    else:
+        times = [p.completion_s for p in sim.program_records]
+        clients = [p.client for p in sim.program_records]
+    good = [float(t) for t, c in zip(times, clients, strict=True) if c.startswith("good")]
+    return sum(good) / len(good)
+
+
+DOUBLEQ_PAIRS = {
+    "doubleq": ("dlpm", "doubleq"),
+    "cache-aware": ("lpm", "cache-aware"),
+    "rr-lpm": ("lpm", "round-robin"),
+    "vtc-client-rr": ("vtc", "client-rr"),
+}
+
+
+def doubleq_runs(name: str) -> dict[str, tuple[dict[str, Any], float]]:
+    """Per system: (the report, the well-behaved clients' mean latency in the paper's sense)."""
     workload = builtin(name)
-    pairs = {
-        "doubleq": ("dlpm", "doubleq"),
-        "cache-aware": ("lpm", "cache-aware"),
-        "rr-lpm": ("lpm", "round-robin"),
-        "vtc-client-rr": ("vtc", "client-rr"),
-    }
-    return {
-        k: simulate(workload, p, d, workers=DOUBLEQ_WORKERS, profile=DOUBLEQ_PROFILE)[0]
-        for k, (p, d) in pairs.items()
-    }
+    runs = {}
+    for key, (policy, dispatch) in DOUBLEQ_PAIRS.items():
+        report, sim = simulate(
+            workload, policy, dispatch, workers=DOUBLEQ_WORKERS, profile=DOUBLEQ_PROFILE
+        )
+        runs[key] = (report, good_mean_latency_s(name, sim))
+    return runs
 
 
 def doubleq_rows() -> list[Row]:
     """DoubleQ §6 (Fig. 7), 4 workers (the paper's 4 x A10G testbed, 3B model), DoubleQ at
-    its defaults against the baselines on every misbehaving-client scenario."""
+    its defaults against the baselines on every misbehaving-client scenario: the issue's
+    test (largest well-behaved p99 per call) per scenario, and the §6.2 averages both in
+    that test and in the paper's own metric (mean TTFT for long-QA, mean program completion
+    time for tree-of-thought and judge)."""
     rows = []
-    vs_cache, vs_rr = [], []
+    gains: dict[str, list[float]] = {"p99-ca": [], "p99-rr": [], "mean-ca": [], "mean-rr": []}
     setting = f"{{}}, 300 s, {DOUBLEQ_WORKERS} workers, {DOUBLEQ_PROFILE}, seed 1"
     for name in MISBEHAVING:
         runs = doubleq_runs(name)
-        tput = {k: r["throughput"]["service_per_s"] for k, r in runs.items()}
-        p99 = {k: good_p99_s(r) for k, r in runs.items()}
-        vs_cache.append(p99["cache-aware"] / p99["doubleq"])
-        vs_rr.append(p99["rr-lpm"] / p99["doubleq"])
+        tput = {k: r["throughput"]["service_per_s"] for k, (r, _) in runs.items()}
+        p99 = {k: good_p99_s(r) for k, (r, _) in runs.items()}
+        mean = {k: m for k, (_, m) in runs.items()}
+        gains["p99-ca"].append(p99["cache-aware"] / p99["doubleq"])
+        gains["p99-rr"].append(p99["rr-lpm"] / p99["doubleq"])
+        gains["mean-ca"].append(mean["cache-aware"] / mean["doubleq"])
+        gains["mean-rr"].append(mean["rr-lpm"] / mean["doubleq"])
+        where = setting.format(name)
         if name == "long-qa-s1":
             rows.append(
                 direction_row(
@@ -337,8 +386,8 @@ def doubleq_rows() -> list[Row]:
                     1.0,
                     tput["doubleq"] / tput["cache-aware"],
                     tput["doubleq"] >= tput["cache-aware"],
-                    why_not=CLOSE_TO_CACHE_AWARE,
-                    setting=setting.format(name),
+                    why_not=SAME_DISPATCH_AS_CACHE_AWARE,
+                    setting=where,
                 )
             )
             rows.append(
@@ -349,51 +398,45 @@ def doubleq_rows() -> list[Row]:
                     2.0,
                     tput["doubleq"] / tput["vtc-client-rr"],
                     tput["doubleq"] >= 2 * tput["vtc-client-rr"],
-                    setting=setting.format(name),
+                    setting=where,
                 )
             )
-        rows.append(
-            direction_row(
-                "DoubleQ",
-                "Fig. 7",
-                f"{name}: good clients' p99, cache-aware / DoubleQ (> 1)",
-                1.0,
-                vs_cache[-1],
-                vs_cache[-1] > 1,
-                why_not=LOCAL_NOT_DISPATCH.get(name, ""),
-                setting=setting.format(name),
+        for base, key in (("cache-aware", "p99-ca"), ("RR+LPM", "p99-rr")):
+            gain = gains[key][-1]
+            rows.append(
+                direction_row(
+                    "DoubleQ",
+                    "Fig. 7",
+                    f"{name}: good clients' p99, {base} / DoubleQ (> 1)",
+                    1.0,
+                    gain,
+                    gain > 1,
+                    why_not=LOCAL_NOT_DISPATCH.get(name, "") if base == "cache-aware" else "",
+                    setting=where,
+                )
             )
-        )
-        rows.append(
-            direction_row(
-                "DoubleQ",
-                "Fig. 7",
-                f"{name}: good clients' p99, RR+LPM / DoubleQ (> 1)",
-                1.0,
-                vs_rr[-1],
-                vs_rr[-1] > 1,
-                setting=setting.format(name),
-            )
-        )
-    mean_cache, mean_rr = sum(vs_cache) / len(vs_cache), sum(vs_rr) / len(vs_rr)
-    why = "the paper averages mean latency over its 8 scenarios and up to 8 A100s; we use p99"
     all_five = setting.format("all five scenarios")
-    rows.append(
-        ratio_row(
-            "DoubleQ",
-            "§6.2",
-            "average good-client latency gain vs cache-aware (Preble)",
-            2.90,
-            mean_cache,
-            mean_cache >= 2,
-            why_not=why,
-            setting=all_five,
+    for key, paper_value, label in (
+        ("p99-ca", 2.90, "average good-client p99 gain vs cache-aware (Preble), >= 2"),
+        ("p99-rr", 4.06, "average good-client p99 gain vs RR+LPM, >= 2"),
+        ("mean-ca", 2.90, "average good-client mean latency gain vs cache-aware (paper's metric)"),
+        ("mean-rr", 4.06, "average good-client mean latency gain vs RR+LPM (paper's metric)"),
+    ):
+        gain = sum(gains[key]) / len(gains[key])
+        per = ", ".join(f"{g:.2f}" for g in gains[key])
+        rows.append(
+            ratio_row(
+                "DoubleQ",
+                "§6.2",
+                label,
+                paper_value,
+                gain,
+                gain >= 2,
+                why_not=AVERAGE_WHY,
+                setting=f"{all_five}; per scenario {per}",
+            )
         )
-    )
-    rows.append(ratio_row(
-        "DoubleQ", "§6.2", "average good-client latency gain vs RR+LPM", 4.06, mean_rr,
-        mean_rr >= 2, why_not=why, setting=all_five))  # fmt: skip
-    return rows
+    return rows  # fmt: skip
 
 
 # ------------------------------------------------------------------ table

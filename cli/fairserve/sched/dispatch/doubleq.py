@@ -33,12 +33,16 @@ throughput with it (0.57-0.89x cache-aware); every step up to 2^23 brings back l
 well-behaved clients' p99 falls below cache-aware's and RR+LPM's (tree-of-thought S1: 3.8x
 and 3.0x; judge 2.0x and 1.8x; long-QA S1 1.3x and 4.7x), with Jain's index rising too
 (tree-of-thought S1: 0.49 at 2^20, 0.89 at 2^23). The paper's Fig. 10 finds the same
-direction (throughput rising with ``Q^w`` to its largest value). Not yet reached: long-QA S2,
-where DLPM's good clients' p99 stays 1.2x cache-aware's at every ``Q^w`` (the local policy,
-not the dispatch). A finite default keeps Theorem A.5's unbounded gap away: with ``inf`` a
-client never leaves its cached worker however loaded; with 2^23 it must spread after that
-much service. ``fairserve tune quantum --sweep --worker-grid`` shows the trade-off for a
-workload; lower it for many short independent requests with little shared prefix.
+direction (throughput rising with ``Q^w`` to its largest value). Not reached: long-QA S2,
+where DLPM's good clients' p99 stays above cache-aware's at every ``Q^w`` and ``Q^u``: on
+long-QA no client spends 2^23 on one worker in 300 s, so the dispatch *is* cache-aware's
+(``tests/sched/test_doubleq_paper.py``); there cache-aware's queue stays bounded, the
+misbehaving client takes nothing from the others, and DLPM's deficit order holds a client's
+cache hits behind other clients' document prefills (docs/paper-table.md). A finite default
+keeps Theorem A.5's unbounded gap away: with ``inf`` a client never leaves its cached
+worker however loaded; with 2^23 it must spread after that much service. ``fairserve tune
+quantum --sweep --worker-grid`` shows the trade-off for a workload; lower it for many short
+independent requests with little shared prefix.
 """
 
 from __future__ import annotations
