@@ -7,11 +7,13 @@ Two measurements, both against instant upstreams on 127.0.0.1 (``bench_router``'
 per stock worker, built when the health probe finds the worker), serves ``--prompts``
 distinct prompts through its own request path (``prepare_call`` then ``proxy.serve``, over
 HTTP to the upstreams) under ``tracemalloc``. The upstreams report a KV capacity larger than
-what is sent, so nothing is evicted. Reported: the memory still allocated afterwards by the
-tree code (allocations with a frame in ``core/radix*``, ``core/prefix*``,
-``sched/dispatch`` or ``router/fairqueue``), divided by the prefix tokens the trees track
-(the global tree's plus every fair queue's, from the router's state document); and all the
-memory the router kept, per request.
+what is sent, so nothing is evicted. Reported: all the memory the router still holds
+afterwards (the requests are gone: it is the trees, and per-client state for one client),
+per prefix token the trees track (the global tree's plus every fair queue's, from the
+router's state document) and per request; and the part allocated by the tree code itself
+(allocations with a frame in ``core/radix*``, ``core/prefix*``, ``sched/dispatch`` or
+``router/fairqueue``: a prompt key a tree keeps whole is the parser's bytes object, shared
+by both trees, and counted only in the first figure).
 
 ``rss``: a real ``fairserve router`` process with its default options, fed ``--requests``
 distinct prompts over HTTP by a closed-loop load of ``--concurrency`` clients; its resident
@@ -160,6 +162,7 @@ async def _tree(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
         "tree_bytes": tree_bytes,
         "tree_bytes_per_tracked_token": tree_bytes / tracked if tracked else None,
         "router_bytes_kept": total,
+        "router_bytes_kept_per_tracked_token": total / tracked if tracked else None,
         "router_bytes_kept_per_request": total / args.prompts,
         "seconds_traced": elapsed_s,
         "kv_tokens_reported": args.kv_tokens,
@@ -309,19 +312,22 @@ def render(report: dict[str, Any]) -> str:
     if report["mode"] == "tree":
         t = report["tracked_tokens"]
         per = report["tree_bytes_per_tracked_token"]
+        kept = report["router_bytes_kept_per_tracked_token"]
         return "\n".join([
-            f"{report['prompts']:,} distinct prompts of about {report['prompt_words']} words "
+            f"{report['prompts']:,} distinct prompts ({_words(report['prompt_words'])}) "
             f"through an in-process router ({report['cpus']} CPUs)",
             f"tracked prefix tokens: global tree {t['global']:,}, fair-queue trees {t['local']:,}",
-            f"tree memory: {report['tree_bytes'] / mib:.1f} MiB = "
-            + ("-" if per is None else f"{per:.1f} bytes per tracked token"),
             f"all memory the router kept: {report['router_bytes_kept'] / mib:.1f} MiB = "
-            f"{report['router_bytes_kept_per_request']:.0f} bytes per request",
+            + ("-" if kept is None else f"{kept:.1f} bytes per tracked token, ")
+            + f"{report['router_bytes_kept_per_request']:.0f} bytes per request",
+            f"of which allocated by the tree code: {report['tree_bytes'] / mib:.1f} MiB = "
+            + ("-" if per is None else f"{per:.1f} bytes per tracked token"),
         ])  # fmt: skip
     slope = report["rss_slope_bytes_per_request_second_half"]
     lines = [
-        f"{report['requests']:,} of {report['requests_wanted']:,} distinct prompts of about "
-        f"{report['prompt_words']} words through a router process in {report['elapsed_s']:.0f} s "
+        f"{report['requests']:,} of {report['requests_wanted']:,} distinct prompts "
+        f"({_words(report['prompt_words'])}) through a router process in "
+        f"{report['elapsed_s']:.0f} s "
         f"({report['errors']} errors; upstreams report {report['kv_tokens_reported']:,} KV "
         f"tokens; {report['cpus']} CPUs)",
         f"{'requests':>10} {'s':>7} {'RSS MiB':>8} {'global tree tok':>16} {'queue trees tok':>16}",
@@ -335,6 +341,10 @@ def render(report: dict[str, Any]) -> str:
         + ("-" if slope is None else f"{slope:.2f} bytes per request")
     )
     return "\n".join(lines)
+
+
+def _words(words: int) -> str:
+    return f"about {words:,} words" if words > 0 else "one sentence each"
 
 
 if __name__ == "__main__":
