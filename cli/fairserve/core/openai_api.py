@@ -220,7 +220,10 @@ def check_context(
     (``None``: unknown, nothing to check), with the message vLLM and SGLang give.
 
     ``prompt_tokens``: the prompt's tokens where the caller counted them (a worker, with its
-    tokenizer); by default the spec's own count, estimated for text (the router)."""
+    tokenizer); by default the spec's own count, estimated for text (the router: 4 UTF-8
+    bytes per token, near the count of byte-pair tokenizers on English). Where the estimate
+    runs over a worker's count, a text prompt that close to the limit is refused by the
+    router though the worker would take it."""
     if context_tokens is None:
         return
     prompt = spec.prompt_tokens if prompt_tokens is None else prompt_tokens
