@@ -15,8 +15,9 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Installed only by their own extra; every test that needs them skips without them.
-OPTIONAL_DISTRIBUTIONS = {"sglang"}
+# Installed only by their own extra; every test that needs them skips without them (ray:
+# ``launch --ray`` and its tier tests/ray, which .ci/run runs after installing ``.[ray]``).
+OPTIONAL_DISTRIBUTIONS = {"sglang", "ray"}
 
 
 def _dist_name(requirement: str) -> str:

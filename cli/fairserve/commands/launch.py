@@ -108,10 +108,9 @@ def launch(
         str | None,
         typer.Option(
             "--ray",
-            metavar="[ADDRESS]",
-            is_flag=False,
-            flag_value="auto",
-            help="Place the workers on a Ray cluster (auto: RAY_ADDRESS or this host's).",
+            metavar="ADDRESS",
+            help="Place the workers on the Ray cluster at HOST:PORT (auto: RAY_ADDRESS or "
+            "the one started on this host).",
             show_default=False,
         ),
     ] = None,
@@ -182,6 +181,11 @@ def launch(
     all), each with the fairserve plugin running --policy inside its scheduler and the
     fairserve extension on a side port; arguments after -- go to every server.
     --dry-run prints the exact commands and environment instead.
+
+    With --ray ADDRESS the workers run on a Ray cluster (docs/ray.md): one placement group
+    and one actor per worker, spread over the nodes by free GPUs (--tp for SGLang,
+    --gpus-per-worker for sim); the router runs here. --dry-run then shows each worker's
+    node and GPU count.
     """
     from fairserve.cluster.plan import LaunchOptions, default_ready_timeout_s
     from fairserve.commands import logs
