@@ -95,6 +95,33 @@ def test_dry_run_shows_the_placement_and_starts_nothing(rig: RayRig) -> None:
     assert fairserve("status").returncode == 3
 
 
+def test_dry_run_of_sglang_workers_shows_their_gpus_and_plugin(rig: RayRig) -> None:
+    done = fairserve(
+        "launch", "--ray", rig.address, "--model", "org/m", "--tp", "2", "--dry-run", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    workers = json.loads(done.stdout)["workers"]
+    assert len(workers) == len(rig.nodes) and all(w["gpus"] == 2 for w in workers)
+    assert {w["node"] for w in workers} == {n.node_id for n in rig.nodes}
+    for worker in workers:
+        assert worker["env"]["CUDA_VISIBLE_DEVICES"] == "<the GPU ids Ray assigns on the node>"
+        assert worker["env"]["SGLANG_PLUGINS"] == "fairserve"
+        assert worker["argv"][worker["argv"].index("--tp-size") + 1] == "2"
+
+
+def test_a_killed_supervisor_leaves_nothing_on_the_cluster(rig: RayRig) -> None:
+    """Ray removes the actors and placement groups of a driver that died, and each engine
+    dies with its actor: nothing outlives even a SIGKILL-ed launch."""
+    _launch(rig)
+    info = run_info()
+    run_id, urls = Path(info.run_dir).name, [w.url for w in info.workers]
+    assert len(rig.leftovers(run_id)["actors"]) == 2 and len(engine_processes(urls)) == 2
+    psutil.Process(info.supervisor_pid).send_signal(signal.SIGKILL)
+    wait_for(lambda: not any(rig.leftovers(run_id).values()), 60.0, f"{run_id} left in Ray")
+    wait_for(lambda: not engine_processes(urls), 20.0, "engine processes gone")
+    assert fairserve("stop").returncode == 3  # nothing runs (the stale run file is removed)
+
+
 def test_too_few_gpus_is_refused_with_what_is_free_where(rig: RayRig) -> None:
     done = fairserve("launch", "--ray", rig.address, "--engine", "sim", "--workers", "5")
     assert done.returncode == 1, done.stderr
