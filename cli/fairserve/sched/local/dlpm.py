@@ -38,22 +38,25 @@ bounds how long). With equal memory
 needs the fill never admits anything (what does not fit for one fits for none), so the
 decisions are Algorithm 1's.
 
-**Cost of a decision.** ``match_len`` is called once per waiting request; the LPM sort is
+**Cost of a decision.** ``match_len`` is called once per waiting request (hosts answer
+from kept matches: the radix tree keeps each waiting request's match across steps,
+:mod:`~fairserve.core.radix_matches`); the LPM sort is
 O(n log n) (:func:`lpm_sorted`); each pass of Algorithm 1 is one loop with O(1) work per
 request (CHECKREFILL keeps the set of queued clients with credit incrementally, see
 :mod:`~fairserve.sched.local.dlpm_pass`), and a later pass visits only the requests the
-previous one skipped for deficit. A decision over 1,000 waiting requests takes ~0.85 ms on
-a 2-core CI container (``tests/perf``).
+previous one skipped for deficit. Figures, matching included, in ``tests/perf``
+(``bench_sched.py --only select``).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from fairserve.core.radix import RadixTree
-from fairserve.core.types import Request
+from fairserve.core.radix_node import common_tokens
+from fairserve.core.types import TOKEN_BYTES, Request
 from fairserve.sched.local.base import (
     FIT,
     CanFit,
@@ -159,13 +162,13 @@ class DLPM(LocalPolicy):
         self, waiting: Sequence[Request], match_len: MatchLen, now_s: float
     ) -> Decision:
         """The general decision: LPM order, Algorithm 1's passes, then the fill."""
-        matches = [match_len(req) for req in waiting]  # once per request per decision
+        matches = list(map(match_len, waiting))  # once per request per decision
         matched = dict(zip(map(id, waiting), matches, strict=True))
         admitted: list[Request] = []
         batch = _AdmittedPrompts()
 
         def admit(req: Request) -> None:
-            cached = max(matched[id(req)], batch.shared_tokens(req.prompt_key))
+            cached = batch.cached_tokens(req.prompt_key, matched[id(req)])
             self.on_admit(req, max(0, req.input_tokens - cached), now_s)
             batch.add(req.prompt_key)
             admitted.append(req)
@@ -225,26 +228,26 @@ class DLPM(LocalPolicy):
 class _AdmittedPrompts:
     """Prompts admitted so far in one decision, whose prefixes later admissions share.
 
-    Most decisions admit one or two requests, so the radix tree is built only when a
-    second admission asks for the prefix it shares."""
+    Kept sorted: the admitted prompt sharing the longest prefix with a key is next to where
+    the key sorts (byte order follows shared prefixes), so a lookup compares two
+    neighbours, not every prompt (building a radix tree of the batch cost a fifth of a
+    decision)."""
 
     def __init__(self) -> None:
-        self._first: bytes | None = None
-        self._tree: RadixTree | None = None
+        self._keys: list[bytes] = []
 
-    def shared_tokens(self, key: bytes) -> int:
-        if self._first is None:
-            return 0
-        return self._built().match_len(key)
+    def cached_tokens(self, key: bytes, matched: int) -> int:
+        """``max(matched, tokens key shares with an admitted prompt)``."""
+        keys = self._keys
+        if not keys or len(key) <= matched * TOKEN_BYTES:
+            return matched
+        at = bisect_left(keys, key)
+        neighbours = keys[max(0, at - 1) : at + 1]
+        longer = key[: (matched + 1) * TOKEN_BYTES]  # sharing more than ``matched`` means this
+        return max(
+            [matched]
+            + [common_tokens(key, 0, other) for other in neighbours if other.startswith(longer)]
+        )
 
     def add(self, key: bytes) -> None:
-        if self._first is None:
-            self._first = key
-        else:
-            self._built().insert(key)
-
-    def _built(self) -> RadixTree:
-        if self._tree is None:
-            self._tree = RadixTree()
-            self._tree.insert(self._first or b"")
-        return self._tree
+        insort(self._keys, key)

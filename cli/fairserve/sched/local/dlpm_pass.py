@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Generator, Sequence
+from operator import attrgetter
 
 from fairserve.core.types import Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, Answer
+
+_CLIENT = attrgetter("client")
 
 Refill = Callable[[Collection[str]], None]
 """Refill every client with ``q <= 0`` until one of the given candidates has ``q > 0``."""
@@ -42,7 +45,7 @@ class DecisionState:
         self.deficits = deficits
         self._refill = refill
         self.fill = fill
-        self.queued: dict[str, int] = Counter(req.client for req in order)  # counts in C
+        self.queued: dict[str, int] = Counter(map(_CLIENT, order))  # counts in C
         for client in self.queued:
             deficits.setdefault(client, 0.0)  # a client never announced joins ``l`` too
         self.positive: set[str] = {c for c in self.queued if deficits[c] > 0}
@@ -58,14 +61,32 @@ class DecisionState:
         instead would change nothing: the client asked about has credit and a queued
         request, so ``positive`` stays non-empty (no refill can happen), nothing more is
         admitted, and the clients with credit are blocked on memory either way."""
-        candidates = list(self.order)
-        while candidates:
-            skipped, progress = yield from self._walk(candidates, admit)
-            candidates = skipped
+        deficits, positive = self.deficits, self.positive
+        candidates: Sequence[Request] = self.order
+        while candidates:  # one walk, lines 18-25, per round (inline: a walk is the hot loop)
+            skipped: list[Request] = []
+            progress = False  # an admission, a request found not to fit, or a refill
+            for req in candidates:
+                client = req.client
+                if deficits[client] <= 0:
+                    if not positive:
+                        self._check_refill()
+                        progress = True
+                    if deficits[client] <= 0:
+                        skipped.append(req)
+                        continue
+                progress = True
+                answer = yield req
+                if answer is FIT:
+                    self._admitted(req, admit)
+                elif answer is EXHAUSTED:
+                    self.exhausted = True
+                    break
+            candidates = skipped  # the next walk visits the requests skipped for deficit
             if not progress or self.exhausted:
                 break
         # Clients still holding credit with requests in play are blocked on memory.
-        self.credit_blocked = bool(self.positive)
+        self.credit_blocked = bool(positive)
         if self.fill and not self.exhausted:
             for req in candidates:
                 answer = yield req
@@ -73,32 +94,6 @@ class DecisionState:
                     self._admitted(req, admit)
                 elif answer is EXHAUSTED:
                     break
-
-    def _walk(
-        self, candidates: list[Request], admit: Callable[[Request], None]
-    ) -> Generator[Request, Answer, tuple[list[Request], bool]]:
-        """Lines 18-25 once; returns the requests skipped for deficit and whether anything
-        changed (an admission, a request found not to fit, or a refill)."""
-        deficits, positive = self.deficits, self.positive
-        skipped: list[Request] = []
-        progress = False
-        for req in candidates:
-            client = req.client
-            if deficits[client] <= 0:
-                if not positive:
-                    self._check_refill()
-                    progress = True
-                if deficits[client] <= 0:
-                    skipped.append(req)
-                    continue
-            progress = True
-            answer = yield req
-            if answer is FIT:
-                self._admitted(req, admit)
-            elif answer is EXHAUSTED:
-                self.exhausted = True
-                break
-        return skipped, progress
 
     def _admitted(self, req: Request, admit: Callable[[Request], None]) -> None:
         client = req.client

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
+from operator import attrgetter
 
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy, MatchLen, register_local
+
+_ARRIVAL = attrgetter("arrival_s")
 
 
 def lpm_sorted(waiting: Sequence[Request], matches: Sequence[int]) -> list[Request]:
@@ -14,11 +16,13 @@ def lpm_sorted(waiting: Sequence[Request], matches: Sequence[int]) -> list[Reque
 
     Same order (longest match first, then arrival, then queue position). Hosts keep their
     queue in arrival order, so usually one stable sort on the match length, keyed by a C
-    method, is enough; otherwise sort plain tuples (comparisons still run in C)."""
-    arrivals = [r.arrival_s for r in waiting]
+    method, is enough (``reverse`` keeps equal matches in queue order); otherwise sort
+    plain tuples (comparisons still run in C)."""
+    arrivals = list(map(_ARRIVAL, waiting))
+    if arrivals == sorted(arrivals):  # in arrival order: one pass in C, no comparisons kept
+        ranked = sorted(range(len(waiting)), key=matches.__getitem__, reverse=True)
+        return list(map(waiting.__getitem__, ranked))
     negated = [-m for m in matches]
-    if all(a <= b for a, b in pairwise(arrivals)):
-        return [waiting[i] for i in sorted(range(len(waiting)), key=negated.__getitem__)]
     keys = sorted(zip(negated, arrivals, range(len(waiting)), strict=True))
     return [waiting[k[2]] for k in keys]
 
