@@ -403,6 +403,12 @@ def compiled_routers(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.render is not None:
+        saved = json.loads(args.render.read_text())
+        reports = saved if isinstance(saved, list) else [saved]
+        print("\n\n".join(render(report) for report in reports))
+        print("\n" + render_table(reports))
+        return 0
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, args.harness, args.upstream_kv_tokens)
         return 0
@@ -489,6 +495,8 @@ def _parser() -> argparse.ArgumentParser:
         "--policy, repeatable (default: not run).")  # fmt: skip
     add("--skip-sglang", action="store_true", help="Run neither sglang-router nor smg.")
     add("--json", action="store_true")
+    add("--render", type=Path, metavar="JSON",
+        help="Print the tables of a saved --json report and exit.")  # fmt: skip
     add("--serve-upstream", type=int, help=argparse.SUPPRESS)
     add("--upstream-kv-tokens", type=int, default=DEFAULT_KV_TOKENS, help=argparse.SUPPRESS)
     return parser
