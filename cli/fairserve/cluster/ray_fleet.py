@@ -292,12 +292,18 @@ class RayFleet:
         placement_group = _module("ray.util.placement_group").placement_group
         bundle = {"CPU": ACTOR_CPUS, **({"GPU": float(placement.gpus)} if placement.gpus else {})}
         name = f"{self.run_dir.name}-{placement.name}"
-        return placement_group(
-            [bundle],
-            strategy="STRICT_PACK",
-            name=name,
-            bundle_label_selector=[{NODE_ID_LABEL: placement.node.node_id}],
-        )
+        try:
+            return placement_group(
+                [bundle],
+                strategy="STRICT_PACK",
+                name=name,
+                bundle_label_selector=[{NODE_ID_LABEL: placement.node.node_id}],
+            )
+        except TypeError:  # a Ray before label selectors: the node as a soft target
+            return placement_group(
+                [bundle], strategy="STRICT_PACK", name=name,
+                _soft_target_node_id=placement.node.node_id,
+            )  # fmt: skip
 
     def _actor(self, placement: Placement) -> Any:
         strategies = _module("ray.util.scheduling_strategies")
