@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from fairserve.core.types import tokens_to_key
-from fairserve.worker.evictions import EvictionLog
+from fairserve.core.prefix_key import text_key
+from fairserve.core.radix import RadixTree
+from fairserve.core.tokenizer import token_key, tokenize
+from fairserve.core.types import key_len, tokens_to_key
+from fairserve.worker.evictions import EvictionLog, TextPrompts
+from tests.worker.helpers import get_json, make_config, post_json, run, serving, tiny_profile
 
 
 def keys(*lengths: int) -> list[bytes]:
@@ -51,3 +55,59 @@ def test_a_reader_from_an_earlier_process_starts_over() -> None:
     assert page["dropped"] is True
     assert page["next"] == 1
     assert [e["seq"] for e in page["events"]] == [0]
+
+
+def test_evicted_text_prompts_reach_the_router_in_its_own_key_space() -> None:
+    """The router keys text prompts by their text blocks (``core.prefix_key``), not by the
+    worker's tokens: the simulated worker publishes an evicted prefix of a text prompt in
+    those units, so the router's global tree (here one like it) forgets exactly that
+    prompt. A 256-token pool and distinct ~60-token prompts: the oldest ones go."""
+
+    async def body() -> None:
+        config = make_config(profile=tiny_profile(kv_capacity_tokens=256))
+        prompts = [" ".join(f"w{i}x{j}" for j in range(60)) for i in range(8)]
+        tree = RadixTree()  # the router's global tree, for this one worker
+        async with serving(config) as (_, session):
+            for prompt in prompts:
+                tree.insert(text_key(prompt), "w")
+                request = {"prompt": prompt, "max_tokens": 2}
+                assert (await post_json(session, "/v1/completions", request))[0] == 200
+            _, page = await get_json(session, "/fairserve/worker/evictions?since=0")
+        assert page["events"], "nothing was evicted"
+        removed = sum(tree.remove_owner(tokens_to_key(e["tokens"]), "w") for e in page["events"])
+        assert removed > 0
+        assert tree.match_owners(text_key(prompts[0])).owners == frozenset()  # forgotten
+        assert tree.match_owners(text_key(prompts[-1])).owners == {"w"}  # still cached
+        assert tree.match_owners(text_key(prompts[-1])).tokens == key_len(text_key(prompts[-1]))
+
+    run(body())
+
+
+def test_text_prompts_translate_what_they_begin_and_pass_the_rest_through() -> None:
+    first = "The shared document. Then the first question?"
+    second = "The shared document. And another one."
+    prompts = TextPrompts()
+    for text in (first, second):
+        prompts.add(token_key(text), text)
+    # A whole prompt: its text key, cut at its last whole unit (45 bytes: 11 units).
+    assert prompts.router_key(token_key(first)) == text_key(first)[: 11 * 4]
+    # The two prompts' shared tokens: the shared text, cut at its last whole unit.
+    shared_tokens = tokenize("The shared document.")
+    shared = tokens_to_key(shared_tokens)
+    assert token_key(second).startswith(shared)
+    assert prompts.router_key(shared) == text_key("The shared document.")[:20]
+    # Token ids nobody sent as text, a flush, less than a unit of text: unchanged.
+    ids = tokens_to_key([7, 8, 9])
+    assert prompts.router_key(ids) == ids
+    assert prompts.router_key(b"") == b""
+    assert prompts.router_key(token_key(first)[:4]) == token_key(first)[:4]  # "The"
+
+
+def test_text_prompts_forget_the_oldest_past_their_bound() -> None:
+    texts = [f"prompt number {i} with some words" for i in range(4)]
+    tokens = key_len(token_key(texts[0]))
+    prompts = TextPrompts(max_tokens=2 * tokens)
+    for text in texts:
+        prompts.add(token_key(text), text)
+    assert prompts.router_key(token_key(texts[0])) == token_key(texts[0])  # forgotten
+    assert prompts.router_key(token_key(texts[3])) == text_key(texts[3])[: len(texts[3]) // 4 * 4]

@@ -5,8 +5,12 @@ cache, or it keeps sending requests to a worker for a prefix that is gone. The w
 appends every eviction event of its KV pool here; ``GET /fairserve/worker/evictions?since=N``
 returns the events with ``seq >= N`` and the ``next`` sequence number to ask for.
 
-Wire encoding: each event is ``{"seq": int, "tokens": [token ids]}``, the full evicted
-prefix from the root of the cache; ``"tokens": []`` means the whole cache was flushed.
+Wire encoding: each event is ``{"seq": int, "tokens": [units]}``, the full evicted prefix
+from the root of the cache, as the router keys it; ``"tokens": []`` means the whole cache
+was flushed. The router keys token-id prompts by their ids and text prompts by their text
+blocks (:mod:`fairserve.core.prefix_key`), never by the worker's tokens: so a prefix of a
+text prompt the worker tokenized is published as that prompt's text key up to where the
+evicted tokens end (:class:`TextPrompts`), and any other prefix as its token ids.
 The log is bounded by events and by total tokens (a long prompt is one big event); a reader
 that fell behind further than the log reaches gets ``"dropped": true`` and should treat its
 view of this worker's cache as stale (e.g. forget it).
@@ -14,12 +18,15 @@ view of this worker's cache as stale (e.g. forget it).
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from fairserve.core.types import key_len, key_to_tokens
+from fairserve.core.prefix_key import TEXT_UNIT_BYTES, text_key
+from fairserve.core.tokenizer import pieces
+from fairserve.core.types import TOKEN_BYTES, key_len, key_to_tokens
 
 DEFAULT_MAX_EVENTS = 4096
 DEFAULT_MAX_TOKENS = 1 << 20
@@ -72,3 +79,57 @@ class EvictionLog:
             "events": [{"seq": e.seq, "tokens": key_to_tokens(e.key)} for e in events],
             "dropped": dropped,
         }
+
+
+DEFAULT_MAX_PROMPT_TOKENS = 1 << 21
+"""Tokens of text prompts remembered for translating evictions (a few times a simulated
+pool's capacity: a prompt older than that has left the cache already)."""
+
+
+class TextPrompts:
+    """The text prompts the worker took recently, by their token keys: an evicted prefix
+    that begins one of them is translated into that prompt's text key (the router's).
+
+    Keys are kept sorted, so the prompts that begin with an evicted prefix are found by
+    bisection (they follow it in byte order). The cache evicts leaves only: when a prefix
+    goes, everything cached below it is gone, so any prompt that extends it gives the same
+    text up to its end. Bounded by tokens, the oldest forgotten first; an eviction of a
+    forgotten prompt is published as token ids (which the router ignores: its own bound on
+    a worker's share of its tree ages such prefixes out)."""
+
+    def __init__(self, max_tokens: int = DEFAULT_MAX_PROMPT_TOKENS) -> None:
+        self._max_tokens = max_tokens
+        self._tokens = 0
+        self._sorted: list[bytes] = []
+        self._texts: dict[bytes, str] = {}
+
+    def add(self, token_key: bytes, text: str) -> None:
+        """Remember the text of a prompt the worker took (``token_key``: its tokens)."""
+        if token_key in self._texts:
+            self._texts[token_key] = self._texts.pop(token_key)  # most recent last
+            return
+        bisect.insort(self._sorted, token_key)
+        self._texts[token_key] = text
+        self._tokens += key_len(token_key)
+        while self._tokens > self._max_tokens and len(self._texts) > 1:
+            oldest = next(iter(self._texts))
+            del self._texts[oldest]
+            del self._sorted[bisect.bisect_left(self._sorted, oldest)]
+            self._tokens -= key_len(oldest)
+
+    def router_key(self, evicted: bytes) -> bytes:
+        """``evicted`` (a token key) as the router keys it: the text key of a remembered
+        prompt that begins with it, cut at the last whole unit before the evicted tokens'
+        text ends; else ``evicted`` itself (token ids, a flush, text not remembered)."""
+        if not evicted:
+            return evicted
+        at = bisect.bisect_left(self._sorted, evicted)
+        if at == len(self._sorted) or not self._sorted[at].startswith(evicted):
+            return evicted
+        text = self._texts[self._sorted[at]]
+        count = len(evicted) // TOKEN_BYTES
+        text_bytes = len("".join(pieces(text)[:count]).encode("utf-8"))
+        units = text_bytes // TEXT_UNIT_BYTES
+        if units == 0:
+            return evicted  # less than a unit of text: nothing the router can name
+        return text_key(text)[: units * TEXT_UNIT_BYTES]

@@ -35,7 +35,7 @@ from fairserve.core.tokenizer import SyntheticOutput, token_key
 from fairserve.core.types import Request, key_len
 from fairserve.sim.engine import Engine, StepResult
 from fairserve.worker.config import WorkerConfig, build_engine
-from fairserve.worker.evictions import EvictionLog
+from fairserve.worker.evictions import EvictionLog, TextPrompts
 
 log = logging.getLogger("fairserve.worker")
 
@@ -124,6 +124,8 @@ class WorkerRuntime:
         self._clock = clock
         self.engine = engine_factory(config)
         self.evictions = EvictionLog()
+        self.text_prompts = TextPrompts()
+        """Text prompts by their tokens: evictions are published in the router's keys."""
         self.finish_hooks: list[FinishHook] = []
         self._tickets: dict[str, Ticket] = {}
         self._wake = asyncio.Event()
@@ -208,6 +210,8 @@ class WorkerRuntime:
         check_context(spec, self.config.context_length, key_len(prompt_key))
         if spec.rid in self._tickets:
             raise DuplicateRequest(f"rid {spec.rid!r}: a request with this id is in flight")
+        if spec.prompt_text is not None:
+            self.text_prompts.add(prompt_key, spec.prompt_text)
         engine_tokens = max(1, spec.max_new_tokens)  # a step yields a token even for 0
         output = SyntheticOutput(spec.rid, engine_tokens)
         req = Request(
@@ -300,7 +304,7 @@ class WorkerRuntime:
     def _drain_evictions(self) -> None:
         events = self.engine.pool.drain_evictions()
         if events:
-            self.evictions.extend(events)
+            self.evictions.extend([self.text_prompts.router_key(key) for key in events])
 
     def _engine_failed(self, exc: Exception) -> None:
         """Fail everything in flight and start over with a fresh engine (same quantum and
