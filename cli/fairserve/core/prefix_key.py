@@ -32,7 +32,10 @@ cancels out of their choices). The worker's ``usage`` replaces the estimate in t
 when the request ends. Workers keep their own tokens (the simulated worker tokenizes the
 text with :mod:`fairserve.core.tokenizer`; SGLang with the model's tokenizer): two prompts
 that share a long text prefix share both the router's key units and the worker's cached
-tokens, up to the last partial unit.
+tokens, up to the last partial unit. Evictions: the simulated worker publishes an evicted
+prefix of a text prompt in these units (``fairserve.worker.evictions``), so the router's
+tree forgets it; SGLang's extension publishes token ids, which name id-keyed prefixes
+only, and the router's bound on each worker's share of its tree ages text prefixes out.
 """
 
 from __future__ import annotations
