@@ -175,7 +175,7 @@ class DLPM(LocalPolicy):
 
         order = lpm_sorted(waiting, matches)
         fill = self.p["work_conserving"] and not self._fill_patience.hold
-        state = DecisionState(order, self.deficits, self._refill, fill)
+        state = DecisionState(order, self.deficits, self._refill, fill, queue=waiting)
         yield from state.run(admit)
         self._fill_patience.decided(CREDIT_BLOCKED if state.credit_blocked else None, bypassed=True)
         return admitted

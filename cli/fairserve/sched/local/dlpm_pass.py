@@ -40,12 +40,17 @@ class DecisionState:
         deficits: dict[str, float],
         refill: Refill,
         fill: bool = True,
+        queue: Sequence[Request] | None = None,
     ):
+        """``queue``: the same requests as ``order`` in the host's order, to count them in
+        (with thousands waiting, reading every request costs a cache miss; in queue order
+        they lie in memory as they were allocated, in LPM order they are scattered)."""
         self.order = order
         self.deficits = deficits
         self._refill = refill
         self.fill = fill
-        self.queued: dict[str, int] = Counter(map(_CLIENT, order))  # counts in C
+        counted = order if queue is None else queue
+        self.queued: dict[str, int] = Counter(map(_CLIENT, counted))  # counts in C
         for client in self.queued:
             deficits.setdefault(client, 0.0)  # a client never announced joins ``l`` too
         self.positive: set[str] = {c for c in self.queued if deficits[c] > 0}
