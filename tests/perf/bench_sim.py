@@ -1,11 +1,16 @@
 """Simulator speed: one hour of 8-worker tree-of-thought traffic (DESIGN §8: under a minute).
 
-    python tests/perf/bench_sim.py [--duration-s 3600] [--workers 8] [--json]
+    python tests/perf/bench_sim.py [--duration-s 3600] [--workers 8] [--load 1.0] [--json]
 
 The built-in ``tot-s1`` workload is sized for 2 workers; its program rates are scaled by
 ``workers / 2`` so every worker sees the same load. Prints simulated seconds, CPU seconds
 and their ratio, plus the report's headline numbers, so the speed is read next to the
 amount of work simulated.
+
+``--load`` multiplies the offered rate: tot-s1 as shipped (``--load 1``) offers about twice
+what the workers serve, so ``--load 0.3`` keeps up and ``--load 0.75`` (1.5x capacity) is
+the overload case, where the waiting queues grow for the whole run (``queue_end``, and a
+second-half mean queue above the first half's, say so).
 """
 
 from __future__ import annotations
@@ -75,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_s": report["throughput"]["tokens_per_s"],
         "cache_hit_rate": report["cache_hit_rate"],
         "steps": sum(w["steps"] for w in report["workers"]),
+        "queue_end": report["queue"]["end"],
+        "queue_first_half_mean": report["queue"]["first_half_mean"],
+        "queue_second_half_mean": report["queue"]["second_half_mean"],
     }
     if args.json:
         print(json.dumps(out))

@@ -8,14 +8,28 @@ the KV pool.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fairserve.core.types import Request
-from fairserve.sched.local.base import LocalPolicy
+from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
 from fairserve.sim.kvpool import KVPool, Slot
+from fairserve.sim.waiting import WaitingQueue
 
 if TYPE_CHECKING:
     from fairserve.sim.engine_types import EngineConfig, EngineStats
+
+
+def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[Request]:
+    """Run a policy's decision to its end with ``answer`` for each candidate; returns the
+    admitted requests (``sched``'s ``drive`` with the third answer, ``EXHAUSTED``)."""
+    try:
+        req = next(decision)
+        while True:
+            req = decision.send(answer(req))
+    except StopIteration as end:
+        admitted: list[Request] = end.value
+        return admitted
 
 
 class Batch:
@@ -41,7 +55,7 @@ class BatchFormation:
     config: EngineConfig
     policy: LocalPolicy
     pool: KVPool
-    waiting: list[Request]
+    waiting: WaitingQueue
     _running: dict[Slot, None]
     _prefilling: list[Slot]
     stats: EngineStats
@@ -88,6 +102,7 @@ class BatchFormation:
         # was refused, a request needing at least ``c`` without any lock is refused without
         # touching the tree.
         refused_need = [pool.capacity_tokens + 1]
+        reservation, running, output_keys = pool.reservation, self._running, self._output_keys
 
         def match_len(req: Request) -> int:
             cached = matches.get(id(req))
@@ -95,35 +110,42 @@ class BatchFormation:
                 cached = matches[id(req)] = pool.cached_prefix(req)
             return cached
 
-        def can_fit(req: Request) -> bool:
+        def answer(req: Request) -> Answer:
+            budget = batch.budget_tokens
+            if budget <= 0 and (chunked or budget < 0):
+                # Nothing fits the step's token budget any more (a non-chunked batch below
+                # 0 refuses even an empty extend): every later answer would be a refusal
+                # without side effects, so the decision ends here (EXHAUSTED's contract).
+                return EXHAUSTED
+            reserve = reservation(req)
+            if chunked and reserve + 1 >= refused_need[0] and req.prompt_key:
+                # needs at least one prompt token besides its reservation: refused below
+                # without a lock whatever its match (the same answer, without matching)
+                batch.refused.add(id(req))
+                return NO_FIT
             extend = req.input_tokens - match_len(req) + req.output_tokens
-            if chunked:
-                fits_budget = batch.budget_tokens > 0
-            else:
-                fits_budget = extend <= batch.budget_tokens or not batch.chunks
-            if not fits_budget:
-                return False  # the budget frees up next step: not a memory refusal
-            need = extend + pool.reservation(req)
+            if not chunked and extend > budget and batch.chunks:
+                return NO_FIT  # the budget frees up next step: not a memory refusal
             slot = None
-            if need < refused_need[0] and (cap is None or len(self._running) < cap):
-                slot = pool.try_admit(req, self._output_keys.get(id(req), b""))
+            if extend + reserve < refused_need[0] and (cap is None or len(running) < cap):
+                slot = pool.try_admit(req, output_keys.get(id(req), b""))
                 if slot is None:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
             if slot is None:
                 batch.refused.add(id(req))
-                return False
+                return NO_FIT
             self._start(slot, batch, now_s, chunked)
-            return True
+            return FIT
 
-        admitted = self.policy.select(list(self.waiting), can_fit, match_len, now_s)
-        if admitted:
-            gone = {id(r) for r in admitted}
-            self.waiting = [r for r in self.waiting if id(r) not in gone]
+        decision = self.policy.decide(self.waiting.requests(), match_len, now_s)
+        self.waiting.remove_all(answer_all(decision, answer))
 
     def _may_fit_any(self) -> bool:
         """Cheap pre-check: could even the smallest waiting request get memory now?"""
-        headroom = self.pool.admission_headroom()
-        return any(1 + self.pool.reservation(r) <= headroom for r in self.waiting)
+        smallest = self.waiting.min_remaining_output()
+        if smallest is None:
+            return False
+        return 1 + self.pool.reservation_of(smallest) <= self.pool.admission_headroom()
 
     def _start(self, slot: Slot, batch: Batch, now_s: float, chunked: bool) -> None:
         req = slot.req

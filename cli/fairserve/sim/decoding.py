@@ -26,6 +26,7 @@ from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy
 from fairserve.sim.batching import Batch
 from fairserve.sim.kvpool import KVPool, Slot
+from fairserve.sim.waiting import WaitingQueue
 
 if TYPE_CHECKING:
     from fairserve.sim.engine_types import EngineConfig, EngineStats, StepResult
@@ -37,7 +38,7 @@ class DecodeBook:
     config: EngineConfig
     policy: LocalPolicy
     pool: KVPool
-    waiting: list[Request]
+    waiting: WaitingQueue
     stats: EngineStats
     track_decoded: bool
     _running: dict[Slot, None]
@@ -159,7 +160,7 @@ class DecodeBook:
         batch.chunks = [(s, c) for s, c in batch.chunks if s is not victim]
         self.pool.release(victim, cache_output=False)
         self.pool.after_retraction()
-        self.waiting.insert(0, victim.req)
+        self.waiting.push_front(victim.req)
         self.policy.on_retract(victim.req, now_s)
         self.stats.retracted += 1
         return victim

@@ -41,6 +41,7 @@ from fairserve.sim.engine_types import (
     StepResult,
 )
 from fairserve.sim.kvpool import KVPool, Slot
+from fairserve.sim.waiting import WaitingQueue
 
 __all__ = [
     "BATCHING_DISCIPLINES",
@@ -73,7 +74,7 @@ class Engine(BatchFormation, DecodeBook):
         self.time_model = time_model
         self.config = config
         self.pool = KVPool(config.kv_capacity_tokens, config.reserve_output_ratio)
-        self.waiting: list[Request] = []
+        self.waiting = WaitingQueue()
         self._running: dict[Slot, None] = {}
         """Running slots in admission order (the newest is retracted first)."""
         self._prefilling: list[Slot] = []
@@ -116,13 +117,13 @@ class Engine(BatchFormation, DecodeBook):
     def abort(self, rid: str, now_s: float) -> Request | None:
         """Remove a waiting or running request (client gone); None if unknown."""
         self._settle()
-        for i, req in enumerate(self.waiting):
-            if req.id == rid:
-                del self.waiting[i]
-                self._forget(req)
-                self.policy.on_abort(req, now_s, was_waiting=True)
-                self.stats.aborted += 1
-                return req
+        req = self.waiting.find(rid)
+        if req is not None:
+            self.waiting.remove(req)
+            self._forget(req)
+            self.policy.on_abort(req, now_s, was_waiting=True)
+            self.stats.aborted += 1
+            return req
         for slot in self._running:
             if slot.req.id == rid:
                 self._leave(slot)
@@ -145,10 +146,7 @@ class Engine(BatchFormation, DecodeBook):
         return bool(self.waiting or self._running)
 
     def waiting_by_client(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for req in self.waiting:
-            counts[req.client] = counts.get(req.client, 0) + 1
-        return counts
+        return self.waiting.by_client()
 
     # ---------------------------------------------------------------- stepping
     def step(
@@ -267,7 +265,7 @@ class Engine(BatchFormation, DecodeBook):
             return True
         if not self._may_fit_any():
             return True
-        return all(id(r) in batch.refused for r in self.waiting)
+        return self.waiting.all_in(batch.refused)
 
     def _decode_only_blocked(self, batch: Batch) -> bool:
         """Before executing: this step is pure decode of every running request, nothing is
@@ -279,7 +277,7 @@ class Engine(BatchFormation, DecodeBook):
             return False
         if self.config.batching == "fastertransformer" or not self._may_fit_any():
             return True
-        return all(id(r) in batch.refused for r in self.waiting)
+        return self.waiting.all_in(batch.refused)
 
     def _plan_span(self, start_s: float, horizon_s: float) -> list[float]:
         """End times of the identical decode steps that can follow ``start_s``: up to the

@@ -133,6 +133,11 @@ class KVPool:
         remaining = max(0, req.max_output_tokens - req.output_tokens)
         return math.ceil(self.reserve_output_ratio * remaining)
 
+    def reservation_of(self, remaining_tokens: int) -> int:
+        """The reservation of ``remaining_tokens`` output tokens (monotone in them, so the
+        smallest remaining output gives the smallest reservation)."""
+        return math.ceil(self.reserve_output_ratio * remaining_tokens)
+
     # ---------------------------------------------------------------- admission
     def try_admit(self, req: Request, output_key: bytes) -> Slot | None:
         """Lock the request's cached prefix and claim its memory, or change nothing.

@@ -178,7 +178,7 @@ class Recorder:
             return
         backlogged: set[str] = set()
         for engine in engines:
-            backlogged.update(r.client for r in engine.waiting)
+            backlogged.update(engine.waiting.clients())
         frozen = frozenset(backlogged)
         queued = sum(len(engine.waiting) for engine in engines)
         while self.next_sample_s <= t_s:
