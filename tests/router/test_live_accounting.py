@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from fairserve.core.ledger import ServiceLedger
-from fairserve.router.accounting import Accounting, Usage
+from fairserve.router.accounting import RATE_WINDOW_S, Accounting, Usage
 from tests.router.helpers import chat, get_json, poll, sim_router
 from tests.worker.helpers import run
 
@@ -204,3 +204,12 @@ def test_a_stream_credited_per_token_keeps_two_points_per_sample_interval() -> N
     assert ledger.cumulative("a") == 20_000.0
     view = ledger.window(10.0, 10.0)
     assert view.rates["a"] == pytest.approx(2_000.0, rel=0.01)
+
+
+def test_a_clients_rate_window_stays_bounded_when_nobody_reads_the_state() -> None:
+    """Issue 18 (soak memory): one bucket per second was kept until a state read trimmed it."""
+    acc = Accounting({})
+    acc.arrived("a", 0.0, 0.0)
+    for second in range(1000):
+        acc.delivered("a", "w", 0, 1, float(second))
+    assert len(acc.clients["a"].recent) <= RATE_WINDOW_S + 1

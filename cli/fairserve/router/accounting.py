@@ -144,14 +144,13 @@ class Accounting:
     def estimate(self, prompt_tokens: int, max_output_tokens: int) -> float:
         return self.w_e * prompt_tokens + self.w_q * max_output_tokens
 
-    def service(self, usage: Usage) -> float:
-        """The whole service of a finished request."""
-        return self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
-
     # ------------------------------------------------------------------ events
     def arrived(self, client: str, estimate: float, now_s: float) -> ClientStats:
-        stats = self.client(client, now_s)
-        self.clients[client] = self.clients.pop(client)  # most recently seen last
+        stats = self.clients.pop(client, None)  # the hot path: no call for a known client
+        if stats is None:
+            stats = self.client(client, now_s)  # a new one goes last
+        else:
+            self.clients[client] = stats  # most recently seen last
         stats.requests += 1
         stats.in_flight += 1
         stats.pending_service += estimate
@@ -168,10 +167,10 @@ class Accounting:
         self, client: str, worker: str, prompt_tokens: int, output_tokens: int, now_s: float
     ) -> None:
         """Tokens that reached the client just now (live credit, corrected at the end)."""
-        stats = self.client(client, now_s)
+        stats = self.clients.get(client) or self.client(client, now_s)
         stats.prompt_tokens += prompt_tokens
         stats.output_tokens += output_tokens
-        w = self.worker(worker)
+        w = self.workers.get(worker) or self.worker(worker)
         w.prompt_tokens += prompt_tokens
         w.output_tokens += output_tokens
         self._credit(client, stats, prompt_tokens, output_tokens, now_s)
@@ -179,7 +178,7 @@ class Accounting:
     def ended(self, client: str, estimate: float, outcome: str) -> None:
         """A request left without a usage report (``failed``, ``aborted``, ``rejected``);
         what it delivered before stays credited."""
-        stats = self.client(client)
+        stats = self.clients.get(client) or self.client(client)
         stats.in_flight -= 1
         stats.pending_service = max(0.0, stats.pending_service - estimate)
         if outcome == "aborted":
@@ -205,7 +204,7 @@ class Accounting:
         its whole service (the final usage replaces the live estimate)."""
         prompt = usage.prompt_tokens - credited.prompt_tokens
         output = usage.completion_tokens - credited.completion_tokens
-        stats = self.client(client, now_s)
+        stats = self.clients.get(client) or self.client(client, now_s)
         stats.in_flight -= 1
         stats.finished += 1
         stats.pending_service = max(0.0, stats.pending_service - estimate)
@@ -216,13 +215,13 @@ class Accounting:
         if ttft_s is not None:
             stats.ttfts_s.append(ttft_s)
         self._credit(client, stats, prompt, output, now_s, finished=1)
-        w = self.worker(worker)
+        w = self.workers.get(worker) or self.worker(worker)
         w.finished += 1
         w.prompt_tokens += prompt
         w.cached_tokens += usage.cached_tokens
         w.output_tokens += output
         self.ledger.idle(client, now_s)
-        return self.service(usage)
+        return self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
 
     def _credit(
         self,
@@ -245,6 +244,10 @@ class Accounting:
             bucket[2] += prompt + output
             bucket[3] += finished
         elif service != 0 or finished:
+            # A new second: drop those past the rate window here too, so a router whose
+            # state nobody reads keeps at most RATE_WINDOW_S buckets per client.
+            while recent and recent[0][0] < second - RATE_WINDOW_S:
+                recent.popleft()
             recent.append([second, service, prompt + output, finished])
 
     # ------------------------------------------------------------------ windows

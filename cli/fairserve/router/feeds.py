@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fairserve.router.accounting import Accounting, Usage
+from fairserve.router.accounting import NO_USAGE, Accounting, Usage
 from fairserve.router.lifecycle import Call, Subscriber
 from fairserve.router.metrics import RouterMetrics
 from fairserve.workloads.trace import TraceWriter
@@ -35,7 +35,8 @@ class LedgerFeed(Subscriber):
         acc.arrived(call.client, call.estimate, now_s)
 
     def dispatched(self, call: Call, worker: str) -> None:
-        stats = self.accounting.worker(worker)
+        acc = self.accounting
+        stats = acc.workers.get(worker) or acc.worker(worker)
         stats.requests += 1
         if len(call.tried) > 1:
             stats.retried += 1
@@ -52,7 +53,11 @@ class LedgerFeed(Subscriber):
     def answered(
         self, call: Call, usage: Usage, latency_s: float, ttft_s: float | None, now_s: float
     ) -> None:
-        credited = Usage(call.credited_prompt, 0, call.credited_output)
+        credited = (
+            Usage(call.credited_prompt, 0, call.credited_output)
+            if call.credited_prompt or call.credited_output
+            else NO_USAGE
+        )
         self.accounting.finished(
             call.client, call.tried[-1], call.estimate, usage, latency_s, ttft_s, now_s, credited
         )
@@ -97,7 +102,9 @@ class WorkerFeed(Subscriber):
 
     def judged(self, call: Call, worker: str, fault: str | None, unreachable: bool) -> None:
         if fault is None:
-            self.router.answer_ok(worker)
+            up = self.router.upstreams[worker]
+            up.failed_answers = 0
+            up.outlier_ejections = 0
         else:
             self.router.answer_failed(worker, fault, unreachable)
 
@@ -116,7 +123,8 @@ class MetricsFeed(Subscriber):
     def answered(
         self, call: Call, usage: Usage, latency_s: float, ttft_s: float | None, now_s: float
     ) -> None:
-        service = self.accounting.service(usage)
+        acc = self.accounting
+        service = acc.w_e * usage.prompt_tokens + acc.w_q * usage.completion_tokens
         self.metrics.finished(call.client, service, usage, latency_s, ttft_s)
 
     def ended(self, call: Call, outcome: str) -> None:

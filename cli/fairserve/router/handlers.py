@@ -137,22 +137,10 @@ def prepare_call(router: Router, route: Route, headers: Mapping[str, str], raw: 
     spec = PARSERS[route](body, headers)
     router.check_model(spec.model)
     check_context(spec, context_tokens(router))
-    return _new_call(router, route, spec, body, client, app, raw)
-
-
-def _new_call(
-    router: Router,
-    route: Route,
-    spec: GenerationSpec,
-    body: dict[str, Any],
-    client: str,
-    app: str | None,
-    raw: bytes,
-) -> Call:
     acc = router.accounting
-    stats = acc.client(client)
-    cap = router.config.queue_cap
-    if stats.in_flight >= cap:
+    stats = acc.clients.get(client)  # a client not seen yet has nothing in the router
+    cap = config.queue_cap
+    if stats is not None and stats.in_flight >= cap:
         router.lifecycle.refuse(client)
         raise ApiError(
             429,
@@ -196,7 +184,7 @@ def upstream_payload(
     simple = not (stream and route != "generate") and "routing_key" not in body
     text = raw.strip()
     if simple and "rid" not in body and body and text[:1] == b"{" and text[-1:] == b"}":
-        extra = f',"routing_key":{json.dumps(client)},"rid":{json.dumps(rid)}}}'
+        extra = f',"routing_key":{json.dumps(client)},"rid":"{rid}"}}'  # rid: hex digits
         return text[:-1] + extra.encode()
     upstream = dict(body)
     upstream["routing_key"] = client

@@ -240,7 +240,8 @@ class Lifecycle:
     def fail(self, call: Call) -> None:
         """Terminal: no worker left to try, or the worker's answer failed after the client
         got part of it, or a worker's error answer was relayed."""
-        self._end(call, FAILED)
+        if call.stage not in TERMINAL:
+            self._end(call, FAILED)
 
     def reject(self, call: Call) -> None:
         """Terminal: the fair queue refused the request (e.g. a rate limit)."""
@@ -248,7 +249,8 @@ class Lifecycle:
 
     def abort(self, call: Call) -> None:
         """Terminal unless the request already ended: the client left, or the router stops."""
-        self._end(call, ABORTED)
+        if call.stage not in TERMINAL:  # the common case: it ended (one check, no call)
+            self._end(call, ABORTED)
 
     # ------------------------------------------------------------------ attempt
     def release(self, call: Call, usage: Usage | None) -> None:
@@ -256,7 +258,8 @@ class Lifecycle:
         worker = call.worker
         if worker is None:
             return
-        self._unqueue(call)
+        if call.stage == QUEUED:
+            self._unqueue(call)
         call.worker = None
         if call.stage in ATTEMPT:
             call.stage = ARRIVED
@@ -295,7 +298,8 @@ class Lifecycle:
     def _end(self, call: Call, outcome: str) -> None:
         if call.stage in TERMINAL or call.stage == NEW:
             return
-        self._unqueue(call)  # a request that ends leaves its queue first
+        if call.stage == QUEUED:  # a request that ends leaves its queue first
+            self._unqueue(call)
         call.stage = outcome
         for handler in self._ended:
             handler(call, outcome)

@@ -330,7 +330,8 @@ class Router:
         return self.accounting.max_request_cost
 
     def answer_failed(self, worker: str, reason: str, unreachable: bool) -> None:
-        """Passive outlier detection: a worker that could not be reached is ejected at once;
+        """Passive outlier detection (a proper answer resets the counts: ``WorkerFeed``): a
+        worker that could not be reached is ejected at once;
         one that answers badly (5xx, invalid answers, broken or stalled streams) after
         ``outlier_failures`` in a row, and is then held out for ``outlier_cooldown_s``,
         doubled per repeat (max 5 min), even if its ``/health`` says ok."""
@@ -347,11 +348,6 @@ class Router:
                 f"{up.failed_answers} failed answers in a row (held out {hold_s:g}s); "
                 f"last: {reason}",
             )
-
-    def answer_ok(self, worker: str) -> None:
-        up = self.upstreams[worker]
-        up.failed_answers = 0
-        up.outlier_ejections = 0
 
     def _worker_up(self, up: Upstream) -> None:
         # A worker that comes (back) up has an empty cache as far as we can know.
