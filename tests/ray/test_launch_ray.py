@@ -7,6 +7,7 @@ adds a third node and removes it, so it runs last.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -14,7 +15,9 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,10 @@ import psutil
 import pytest
 
 from fairserve.bench import run_bench
+from fairserve.cluster.plan import LaunchOptions, RayPlan, WorkerSpec, build_plan
+from fairserve.cluster.ray_fleet import NodeLost
+from fairserve.cluster.supervisor import Supervisor
+from fairserve.core.errors import FairserveError
 from fairserve.core.openai_api import CLIENT_HEADER
 from fairserve.workloads.synthetic import loads_workload
 from tests.e2e.helpers import SPEED, router_state, write_profile
@@ -218,6 +225,55 @@ def test_fairness_end_to_end_through_workers_on_ray(rig: RayRig, tmp_path: Path)
     )
     for name in LIGHT:
         assert state["clients"][name]["finished"] == report["clients"][name]["requests"]
+
+
+@dataclass(frozen=True)
+class SilentRayPlan(RayPlan):
+    """Workers whose engine never answers ``/health`` (``sleep``): the start waits on them
+    for as long as the test needs to remove a node under it."""
+
+    def spec(
+        self, index: int, host: str, ports: Sequence[int], gpus: tuple[int, ...]
+    ) -> WorkerSpec:
+        return replace(super().spec(index, host, ports, gpus), argv=("sleep", "120"))
+
+
+def test_node_lost_during_start_fails_the_launch_and_leaves_nothing(
+    rig: RayRig, tmp_path: Path
+) -> None:
+    extra = rig.add_node(NODE_GPUS)
+    try:
+        options = LaunchOptions(ray_address=rig.address, engine="sim", workers=3, port=0)
+        plan = build_plan(options)
+        assert plan.ray is not None
+        plan = replace(plan, ray=SilentRayPlan(**vars(plan.ray)), ready_timeout_s=90.0)
+        run_id = "lost-at-start"
+        supervisor = Supervisor(plan, tmp_path / run_id, lambda line: None)
+
+        async def start_and_remove() -> BaseException:
+            start = asyncio.create_task(supervisor.start())
+
+            def alive() -> bool:
+                return sum(a.endswith("ALIVE") for a in rig.leftovers(run_id)["actors"]) == 3
+
+            await asyncio.to_thread(wait_for, alive, 60.0, "three actors alive")
+            await asyncio.to_thread(rig.remove_node, extra)
+            try:
+                await asyncio.wait_for(start, 60.0)
+            except FairserveError as exc:
+                return exc
+            raise AssertionError("the start succeeded without its node")
+
+        error = asyncio.run(start_and_remove())
+    finally:
+        if extra in rig.nodes:
+            rig.remove_node(extra)
+    assert isinstance(error, NodeLost), error
+    assert f"node 127.0.0.1 ({extra.node_id[:8]}) was lost while starting" in str(error)
+    wait_for(lambda: not any(rig.leftovers(run_id).values()), 30.0, "nothing left in Ray")
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "120"]
+    ]
 
 
 def test_lost_node_is_reported_and_no_request_is_lost(rig: RayRig) -> None:

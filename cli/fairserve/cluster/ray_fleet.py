@@ -255,6 +255,7 @@ class RayFleet:
         self.workers: list[RayWorker] = []
         self.address = plan.address
         self._ray: Any = None
+        self._joined = False
 
     @property
     def specs(self) -> list[WorkerSpec]:
@@ -263,6 +264,7 @@ class RayFleet:
     async def start(self) -> None:
         """Place every worker, start its engine, wait until all answer ``/health``; on any
         failure everything started is removed again."""
+        self._joined = not import_ray().is_initialized()  # else: this process's connection
         ray, placements = await asyncio.to_thread(plan_workers, self.plan)
         self._ray = ray
         self.address = cluster_address(ray)
@@ -431,7 +433,8 @@ class RayFleet:
             if worker.actor is not None:
                 ray.kill(worker.actor)
             remove_placement_group(worker.group)
-        ray.shutdown()
+        if self._joined:
+            ray.shutdown()
         self._ray = None
 
 
@@ -488,13 +491,15 @@ def describe_placement(plan: RayPlan) -> dict[str, Any]:
     from fairserve.cluster.ray_placement import describe_nodes
     from fairserve.cluster.workers import describe
 
+    joined = not import_ray().is_initialized()
     ray = connect(plan.address)
     try:
         nodes = cluster_nodes(ray)
         placements = place(nodes, plan.workers, plan.gpus_per_worker)
         address = cluster_address(ray)
     finally:
-        ray.shutdown()
+        if joined:
+            ray.shutdown()
     workers = []
     for p in placements:
         ports = [PORT_AT_START] * plan.ports_per_worker
