@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -227,6 +229,9 @@ def test_fairness_end_to_end_through_workers_on_ray(rig: RayRig, tmp_path: Path)
         assert state["clients"][name]["finished"] == report["clients"][name]["requests"]
 
 
+SILENT_MARKER = f"fairserve-silent-engine-{uuid.uuid4().hex}"
+
+
 @dataclass(frozen=True)
 class SilentRayPlan(RayPlan):
     """Workers whose engine never answers ``/health`` (``sleep``): the start waits on them
@@ -235,7 +240,8 @@ class SilentRayPlan(RayPlan):
     def spec(
         self, index: int, host: str, ports: Sequence[int], gpus: tuple[int, ...]
     ) -> WorkerSpec:
-        return replace(super().spec(index, host, ports, gpus), argv=("sleep", "120"))
+        argv = (sys.executable, "-c", "import time; time.sleep(120)", SILENT_MARKER)
+        return replace(super().spec(index, host, ports, gpus), argv=argv)
 
 
 def test_node_lost_during_start_fails_the_launch_and_leaves_nothing(
@@ -271,9 +277,10 @@ def test_node_lost_during_start_fails_the_launch_and_leaves_nothing(
     assert isinstance(error, NodeLost), error
     assert f"node 127.0.0.1 ({extra.node_id[:8]}) was lost while starting" in str(error)
     wait_for(lambda: not any(rig.leftovers(run_id).values()), 30.0, "nothing left in Ray")
-    assert not [
-        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "120"]
+    silent = [
+        p for p in psutil.process_iter(["cmdline"]) if SILENT_MARKER in (p.info["cmdline"] or [])
     ]
+    assert not silent, "an engine outlived its lost start"
 
 
 def test_lost_node_is_reported_and_no_request_is_lost(rig: RayRig) -> None:

@@ -271,7 +271,7 @@ class RayFleet:
         self.workers = [RayWorker(p, self._group(p)) for p in placements]
         await self._call_all(lambda w: w.group.ready(), PLACEMENT_TIMEOUT_S, "placing")
         for worker in self.workers:
-            worker.actor = self._actor(worker.placement)
+            worker.actor = self._actor(worker)
         located = await self._call_all(
             lambda w: w.actor.locate.remote(self.plan.ports_per_worker), CALL_TIMEOUT_S, "starting"
         )
@@ -307,12 +307,13 @@ class RayFleet:
                 _soft_target_node_id=placement.node.node_id,
             )  # fmt: skip
 
-    def _actor(self, placement: Placement) -> Any:
+    def _actor(self, worker: RayWorker) -> Any:
+        """The worker's :class:`EngineHost`, in its placement group, with its GPUs; named
+        after the run, so Ray's state API shows whose it is."""
         strategies = _module("ray.util.scheduling_strategies")
-        ray = self._ray
-        group = next(w.group for w in self.workers if w.placement is placement)
+        placement, group = worker.placement, worker.group
         return (
-            ray.remote(EngineHost)
+            self._ray.remote(EngineHost)
             .options(
                 name=f"{self.run_dir.name}-{placement.name}",
                 namespace=NAMESPACE,
