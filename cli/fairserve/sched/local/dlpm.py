@@ -242,12 +242,13 @@ class _AdmittedPrompts:
         if not keys or len(key) <= matched * TOKEN_BYTES:
             return matched
         at = bisect_left(keys, key)
-        neighbours = keys[max(0, at - 1) : at + 1]
-        longer = key[: (matched + 1) * TOKEN_BYTES]  # sharing more than ``matched`` means this
-        return max(
-            [matched]
-            + [common_tokens(key, 0, other) for other in neighbours if other.startswith(longer)]
-        )
+        # Sharing more than ``matched`` tokens means starting with this (a view: no copy).
+        longer = memoryview(key)[: (matched + 1) * TOKEN_BYTES]
+        best = matched
+        for other in keys[max(0, at - 1) : at + 1]:
+            if other.startswith(longer):
+                best = max(best, common_tokens(key, 0, other))
+        return best
 
     def add(self, key: bytes) -> None:
         insort(self._keys, key)
