@@ -32,15 +32,15 @@ def assert_decode_state(engine: Engine) -> None:
     slots = engine.running  # brings every slot up to date
     decoding = [s for s in slots if s.decoding]
     assert pool.decoding == len(decoding)
-    assert [s for s in slots if not s.decoding] == engine._prefilling
+    assert [s for s in slots if not s.decoding] == engine.running_batch.prefilling
     assert pool.private_tokens == sum(s.private_tokens for s in slots)
     assert pool.reserved_tokens == sum(s.reserved_tokens for s in slots)
     context = sum(s.prompt_tokens + s.req.output_tokens for s in decoding)
-    assert engine._context_base + len(decoding) * pool.clock == context
+    assert engine.running_batch.context_base + len(decoding) * pool.clock == context
     groups: dict[str, set[int]] = {}
     for slot in decoding:
         groups.setdefault(slot.req.client, set()).add(id(slot.req))
-    assert {c: {id(r) for r in g} for c, g in engine._groups.items()} == groups
+    assert {c: {id(r) for r in g} for c, g in engine.running_batch.groups.items()} == groups
     assert all(s.req.output_tokens < s.target_tokens for s in decoding)  # no finish missed
 
 

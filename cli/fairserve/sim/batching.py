@@ -2,22 +2,21 @@
 the next step under each batching discipline, with admissions decided by the local policy.
 
 Kept apart from the step mechanics in ``engine.py`` (execute, produce, fused spans): this is
-where the disciplines differ, and where the ``sched`` policy's ``select``/``can_fit`` meet
-the KV pool.
+where the disciplines differ, and where the ``sched`` policy's decision meets the KV pool.
+:class:`BatchFormer` is one of the engine's parts: it reads the waiting queue and the running
+batch through their methods and starts the slots it admits in the running batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fairserve.core.types import Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
+from fairserve.sim.engine_types import EngineConfig, EngineStats
 from fairserve.sim.kvpool import KVPool, Slot
 from fairserve.sim.waiting import WaitingQueue
-
-if TYPE_CHECKING:
-    from fairserve.sim.engine_types import EngineConfig, EngineStats
 
 
 def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[Request]:
@@ -30,6 +29,19 @@ def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[
     except StopIteration as end:
         admitted: list[Request] = end.value
         return admitted
+
+
+class Running(Protocol):
+    """What batch formation needs of the running batch
+    (:class:`~fairserve.sim.decoding.RunningBatch`): the prefills in progress, how many run,
+    and a place to start the slots it admits."""
+
+    @property
+    def prefilling(self) -> list[Slot]: ...
+
+    def __len__(self) -> int: ...
+
+    def start(self, slot: Slot) -> None: ...
 
 
 class Batch:
@@ -49,24 +61,32 @@ class Batch:
         return sum(chunk for _, chunk in self.chunks)
 
 
-class BatchFormation:
-    """Mixin of :class:`~fairserve.sim.engine.Engine`: forms one step's batch."""
+class BatchFormer:
+    """Forms one step's batch from the running prefills and the waiting queue."""
 
-    config: EngineConfig
-    policy: LocalPolicy
-    pool: KVPool
-    waiting: WaitingQueue
-    _running: dict[Slot, None]
-    _prefilling: list[Slot]
-    stats: EngineStats
-    _output_keys: dict[int, bytes]
+    def __init__(
+        self,
+        config: EngineConfig,
+        policy: LocalPolicy,
+        pool: KVPool,
+        waiting: WaitingQueue,
+        running: Running,
+        stats: EngineStats,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.pool = pool
+        self.waiting = waiting
+        self.running = running
+        self.stats = stats
 
-    def _form_batch(self, now_s: float) -> Batch:
+    def form(self, now_s: float) -> Batch:
+        """The batch of the step starting at ``now_s``; admitted slots already run."""
         kind = self.config.batching
         budget = self.config.max_batch_tokens
         if kind == "fastertransformer":
             batch = Batch(budget)
-            if self._running:
+            if len(self.running):
                 batch.decode = True
             else:
                 self._admit(batch, now_s, chunked=False)
@@ -83,7 +103,7 @@ class BatchFormation:
             return batch
         batch = Batch(max(0, budget - self.pool.decoding))
         batch.decode = True
-        for slot in self._prefilling:
+        for slot in self.running.prefilling:
             if batch.budget_tokens <= 0:
                 break
             chunk = min(slot.prefill_left, batch.budget_tokens)
@@ -92,17 +112,24 @@ class BatchFormation:
         self._admit(batch, now_s, chunked=True)
         return batch
 
+    def may_fit_any(self) -> bool:
+        """Cheap pre-check: could even the smallest waiting request get memory now?"""
+        smallest = self.waiting.min_remaining_output()
+        if smallest is None:
+            return False
+        return 1 + self.pool.reservation_of(smallest) <= self.pool.admission_headroom()
+
     def _admit(self, batch: Batch, now_s: float, chunked: bool) -> None:
-        if not self.waiting or not self._may_fit_any():
+        if not self.waiting or not self.may_fit_any():
             return
         cap = self.config.max_running_requests
-        pool = self.pool
+        pool, waiting, running = self.pool, self.waiting, self.running
         matches: dict[int, int] = {}
         # Memory only gets tighter within a step, so once an admission claiming ``c`` tokens
         # was refused, a request needing at least ``c`` without any lock is refused without
         # touching the tree.
         refused_need = [pool.capacity_tokens + 1]
-        reservation, running, output_keys = pool.reservation, self._running, self._output_keys
+        reservation = pool.reservation
 
         def match_len(req: Request) -> int:
             cached = matches.get(id(req))
@@ -128,7 +155,7 @@ class BatchFormation:
                 return NO_FIT  # the budget frees up next step: not a memory refusal
             slot = None
             if extend + reserve < refused_need[0] and (cap is None or len(running) < cap):
-                slot = pool.try_admit(req, output_keys.get(id(req), b""))
+                slot = pool.try_admit(req, waiting.output_key(req))
                 if slot is None:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
             if slot is None:
@@ -137,20 +164,12 @@ class BatchFormation:
             self._start(slot, batch, now_s, chunked)
             return FIT
 
-        decision = self.policy.decide(self.waiting.requests(), match_len, now_s)
-        self.waiting.remove_all(answer_all(decision, answer))
-
-    def _may_fit_any(self) -> bool:
-        """Cheap pre-check: could even the smallest waiting request get memory now?"""
-        smallest = self.waiting.min_remaining_output()
-        if smallest is None:
-            return False
-        return 1 + self.pool.reservation_of(smallest) <= self.pool.admission_headroom()
+        decision = self.policy.decide(waiting.requests(), match_len, now_s)
+        waiting.remove_all(answer_all(decision, answer))
 
     def _start(self, slot: Slot, batch: Batch, now_s: float, chunked: bool) -> None:
         req = slot.req
-        self._running[slot] = None
-        self._prefilling.append(slot)
+        self.running.start(slot)
         if req.admit_s is None:
             req.admit_s = now_s
             self.stats.prompt_tokens += req.input_tokens

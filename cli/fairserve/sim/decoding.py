@@ -1,5 +1,5 @@
-"""Decode bookkeeping of the engine model: the decode clock, finishes and the policy's
-decode charge.
+"""Decode bookkeeping of the engine model: the running batch, the decode clock, finishes and
+the policy's decode charge.
 
 Every decoding request gains one output token per decode step, so the KV pool counts steps
 (its decode *clock*, see ``sim.kvpool``) and a request's tokens are brought up to date only
@@ -14,63 +14,135 @@ A policy whose decode charge depends on each request (a per-request cost, an ove
 ``on_decode_groups``) and a host that wants per-request tokens (``track_decoded``, the
 simulated worker streaming them) take the straightforward path instead: every running
 request is brought up to date and grouped at every step.
+
+:class:`RunningBatch` is one of the engine's parts (with the waiting queue, the KV pool and
+the batch former): it owns the running slots and everything derived from them; the others
+reach them through its methods only.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
 
-from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy
-from fairserve.sim.batching import Batch
+from fairserve.sim.engine_types import EngineStats, StepResult
 from fairserve.sim.kvpool import KVPool, Slot
-from fairserve.sim.waiting import WaitingQueue
-
-if TYPE_CHECKING:
-    from fairserve.sim.engine_types import EngineConfig, EngineStats, StepResult
 
 
-class DecodeBook:
-    """Mixin of :class:`~fairserve.sim.engine.Engine`: who decodes, and what that yields."""
+class RunningBatch:
+    """Who runs and decodes, and what decoding yields: the engine's running batch."""
 
-    config: EngineConfig
-    policy: LocalPolicy
-    pool: KVPool
-    waiting: WaitingQueue
-    stats: EngineStats
-    track_decoded: bool
-    _running: dict[Slot, None]
-    _prefilling: list[Slot]
-    _groups: dict[str, list[Request]]
-    _context_base: int
-    _finish_at: list[tuple[int, int, Slot]]
-    _lazy_charge: bool
-    _output_keys: dict[int, bytes]
+    def __init__(
+        self, pool: KVPool, policy: LocalPolicy, stats: EngineStats, cache_outputs: bool
+    ) -> None:
+        self.pool = pool
+        self.policy = policy
+        self.stats = stats
+        self.cache_outputs = cache_outputs
+        self.slots: dict[Slot, None] = {}
+        """Running slots in admission order (the newest is retracted first)."""
+        self.prefilling: list[Slot] = []
+        """Running slots whose prefill is not done, in admission order."""
+        self.groups: dict[str, list[Request]] = {}
+        """Decoding requests by client (what a uniform decode charge needs)."""
+        self.context_base = 0
+        """Σ over decoding slots of prompt + output − synced clock: the decode batch reads
+        ``context_base + decoding · clock`` context tokens."""
+        self._finish_at: list[tuple[int, int, Slot]] = []
+        """(clock the slot reaches its length at, seq, slot); departed slots are stale."""
+        self._charge_by_group = charges_by_group(policy)
+        self.track_decoded = True
+        """Fill ``StepResult.decoded`` per request and keep every running request's
+        ``output_tokens`` current after each step (streaming hosts need it; the cluster
+        simulation only needs the per-client sums and turns it off)."""
 
-    @property
-    def running(self) -> list[Slot]:
+    # ---------------------------------------------------------------- reading
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __bool__(self) -> bool:
+        return bool(self.slots)
+
+    def synced(self) -> list[Slot]:
         """Running slots in admission order, brought up to date (O(running): for hosts'
         dashboards and tests, not for per-step use)."""
-        for slot in self._running:
+        for slot in self.slots:
             self.pool.sync(slot)
-        return list(self._running)
+        return list(self.slots)
 
     @property
-    def _lazy(self) -> bool:
+    def lazy(self) -> bool:
         """Charge and count decode per client without touching each running request."""
-        return self._lazy_charge and not self.track_decoded
+        return self._charge_by_group and not self.track_decoded
 
-    def _decoding_slots(self) -> list[Slot]:
+    def decoding_slots(self) -> list[Slot]:
         """Decoding slots in running order, brought up to date."""
         sync = self.pool.sync
-        slots = [s for s in self._running if s.decoding]
+        slots = [s for s in self.slots if s.decoding]
         for slot in slots:
             sync(slot)
         return slots
 
-    def _produce(self, tokens: int, result: StepResult, slots: list[Slot] | None) -> None:
+    def steps_to_first_finish(self) -> int:
+        """Decode steps until the first decoding request reaches its length."""
+        heap = self._finish_at
+        while not heap[0][2].decoding:
+            heapq.heappop(heap)  # stale: left the batch
+        return heap[0][0] - self.pool.clock
+
+    def find(self, rid: str) -> Slot | None:
+        """The running slot of request ``rid`` (linear: aborts are rare)."""
+        for slot in self.slots:
+            if slot.req.id == rid:
+                return slot
+        return None
+
+    # ---------------------------------------------------------------- changes
+    def start(self, slot: Slot) -> None:
+        """An admitted slot runs from now on; its prefill starts."""
+        self.slots[slot] = None
+        self.prefilling.append(slot)
+
+    def prefills_done(self) -> None:
+        """Some prefills completed in this step: keep only the unfinished ones."""
+        self.prefilling = [s for s in self.prefilling if s.prefill_left > 0]
+
+    def join(self, slot: Slot) -> None:
+        """A slot's prefill completed (its first token counted): it decodes from now on."""
+        pool = self.pool
+        pool.join(slot)
+        req = slot.req
+        self.context_base += slot.prompt_tokens + req.output_tokens - pool.clock
+        group = self.groups.get(req.client)
+        if group is None:
+            self.groups[req.client] = [req]
+        else:
+            group.append(req)
+        due = pool.clock + slot.target_tokens - req.output_tokens
+        heapq.heappush(self._finish_at, (due, slot.seq, slot))
+
+    def leave(self, slot: Slot) -> None:
+        """A slot leaves the running batch (finish, retraction, abort); its request is
+        brought up to date. The pool is released by the caller."""
+        del self.slots[slot]
+        if not slot.decoding:
+            self.prefilling.remove(slot)
+            return
+        pool = self.pool
+        pool.sync(slot)
+        req = slot.req
+        self.context_base -= slot.prompt_tokens + req.output_tokens - pool.clock
+        group = self.groups[req.client]
+        group.remove(req)
+        if not group:
+            del self.groups[req.client]
+
+    def newest(self) -> Slot:
+        """The slot admitted last (what a retraction sends back)."""
+        return next(reversed(self.slots))
+
+    def produce(self, tokens: int, result: StepResult, slots: list[Slot] | None) -> None:
         """``slots`` (None: every decoding slot, lazily) produced ``tokens`` output tokens
         by ``result.end_s`` (already applied to the pool and the requests): count them,
         charge the policy once per client, then finish the requests that reached their
@@ -78,7 +150,7 @@ class DecodeBook:
         end_s = result.end_s
         by_client = result.decoded_by_client
         if slots is None:
-            groups = self._groups
+            groups = self.groups
             count = self.pool.decoding
         else:
             groups = {}
@@ -111,62 +183,12 @@ class DecodeBook:
             if not slot.decoding:
                 continue  # retracted or aborted since
             req = slot.req
-            self._leave(slot)
+            self.leave(slot)
             req.finish_s = end_s
-            self.pool.release(slot, cache_output=self.config.cache_outputs)
-            self._forget(req)
+            self.pool.release(slot, cache_output=self.cache_outputs)
             self.policy.on_finish(req, end_s)
             self.stats.finished += 1
             result.finished.append(req)
-
-    def _join(self, slot: Slot) -> None:
-        """A slot's prefill completed (its first token counted): it decodes from now on."""
-        pool = self.pool
-        pool.join(slot)
-        req = slot.req
-        self._context_base += slot.prompt_tokens + req.output_tokens - pool.clock
-        group = self._groups.get(req.client)
-        if group is None:
-            self._groups[req.client] = [req]
-        else:
-            group.append(req)
-        due = pool.clock + slot.target_tokens - req.output_tokens
-        heapq.heappush(self._finish_at, (due, slot.seq, slot))
-
-    def _leave(self, slot: Slot) -> None:
-        """A slot leaves the running batch (finish, retraction, abort); its request is
-        brought up to date. The pool is released by the caller."""
-        del self._running[slot]
-        if not slot.decoding:
-            self._prefilling.remove(slot)
-            return
-        pool = self.pool
-        pool.sync(slot)
-        req = slot.req
-        self._context_base -= slot.prompt_tokens + req.output_tokens - pool.clock
-        group = self._groups[req.client]
-        group.remove(req)
-        if not group:
-            del self._groups[req.client]
-
-    def _retract_one(self, batch: Batch, now_s: float) -> Slot:
-        """Memory ran out mid-decode: send the newest running request back to waiting."""
-        if len(self._running) <= 1:
-            raise ConfigError(
-                "KV capacity is too small for a single request; raise kv_capacity_tokens"
-            )
-        victim = next(reversed(self._running))
-        self._leave(victim)
-        batch.chunks = [(s, c) for s, c in batch.chunks if s is not victim]
-        self.pool.release(victim, cache_output=False)
-        self.pool.after_retraction()
-        self.waiting.push_front(victim.req)
-        self.policy.on_retract(victim.req, now_s)
-        self.stats.retracted += 1
-        return victim
-
-    def _forget(self, req: Request) -> None:
-        self._output_keys.pop(id(req), None)
 
 
 def charges_by_group(policy: LocalPolicy) -> bool:

@@ -23,7 +23,6 @@ equal step-by-step execution while an hour of traffic simulates in seconds.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -31,8 +30,8 @@ from fairserve.core.cost import BatchTimeModel
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy
-from fairserve.sim.batching import Batch, BatchFormation
-from fairserve.sim.decoding import DecodeBook, charges_by_group
+from fairserve.sim.batching import Batch, BatchFormer
+from fairserve.sim.decoding import RunningBatch
 from fairserve.sim.engine_types import (
     BATCHING_DISCIPLINES,
     DEFAULT_BATCHING,
@@ -65,9 +64,15 @@ class _Span:
     """Planned steps already under way when planned (a cut keeps at least these)."""
 
 
-class Engine(BatchFormation, DecodeBook):
+class Engine:
     """A waiting queue, a running batch, a KV pool and a local policy; decoding requests
-    advance with the pool's decode clock (``sim.decoding``)."""
+    advance with the pool's decode clock (``sim.decoding``).
+
+    Made of parts that call each other through their methods only: the
+    :class:`~fairserve.sim.waiting.WaitingQueue`, the
+    :class:`~fairserve.sim.decoding.RunningBatch`, the :class:`~fairserve.sim.kvpool.KVPool`
+    and the :class:`~fairserve.sim.batching.BatchFormer` over them; the engine runs steps
+    (execute, retract, fused spans) with them."""
 
     def __init__(self, policy: LocalPolicy, time_model: BatchTimeModel, config: EngineConfig):
         self.policy = policy
@@ -75,25 +80,29 @@ class Engine(BatchFormation, DecodeBook):
         self.config = config
         self.pool = KVPool(config.kv_capacity_tokens, config.reserve_output_ratio)
         self.waiting = WaitingQueue()
-        self._running: dict[Slot, None] = {}
-        """Running slots in admission order (the newest is retracted first)."""
-        self._prefilling: list[Slot] = []
-        """Running slots whose prefill is not done, in admission order."""
-        self._groups: dict[str, list[Request]] = {}
-        """Decoding requests by client (what a uniform decode charge needs)."""
-        self._context_base = 0
-        """Σ over decoding slots of prompt + output − synced clock: the decode batch reads
-        ``_context_base + decoding · clock`` context tokens."""
-        self._finish_at: list[tuple[int, int, Slot]] = []
-        """(clock the slot reaches its length at, seq, slot); departed slots are stale."""
         self.stats = EngineStats()
-        self._output_keys: dict[int, bytes] = {}
+        self.running_batch = RunningBatch(self.pool, policy, self.stats, config.cache_outputs)
+        self.former = BatchFormer(
+            config, policy, self.pool, self.waiting, self.running_batch, self.stats
+        )
         self._span: _Span | None = None
-        self._lazy_charge = charges_by_group(policy)
-        self.track_decoded = True
+
+    @property
+    def track_decoded(self) -> bool:
         """Fill ``StepResult.decoded`` per request and keep every running request's
         ``output_tokens`` current after each step (streaming hosts need it; the cluster
         simulation only needs the per-client sums and turns it off)."""
+        return self.running_batch.track_decoded
+
+    @track_decoded.setter
+    def track_decoded(self, value: bool) -> None:
+        self.running_batch.track_decoded = value
+
+    @property
+    def running(self) -> list[Slot]:
+        """Running slots in admission order, brought up to date (O(running): for hosts'
+        dashboards and tests, not for per-step use)."""
+        return self.running_batch.synced()
 
     # ---------------------------------------------------------------- requests
     def submit(self, req: Request, now_s: float, output_key: bytes = b"") -> None:
@@ -110,9 +119,7 @@ class Engine(BatchFormation, DecodeBook):
             )
         req.arrival_s = now_s
         self.policy.on_arrival(req, now_s)
-        self.waiting.append(req)
-        if output_key:
-            self._output_keys[id(req)] = output_key
+        self.waiting.append(req, output_key)
 
     def abort(self, rid: str, now_s: float) -> Request | None:
         """Remove a waiting or running request (client gone); None if unknown."""
@@ -120,30 +127,28 @@ class Engine(BatchFormation, DecodeBook):
         req = self.waiting.find(rid)
         if req is not None:
             self.waiting.remove(req)
-            self._forget(req)
             self.policy.on_abort(req, now_s, was_waiting=True)
             self.stats.aborted += 1
             return req
-        for slot in self._running:
-            if slot.req.id == rid:
-                self._leave(slot)
-                self.pool.release(slot, cache_output=False)
-                self._forget(slot.req)
-                self.policy.on_abort(slot.req, now_s, was_waiting=False)
-                self.stats.aborted += 1
-                return slot.req
-        return None
+        slot = self.running_batch.find(rid)
+        if slot is None:
+            return None
+        self.running_batch.leave(slot)
+        self.pool.release(slot, cache_output=False)
+        self.policy.on_abort(slot.req, now_s, was_waiting=False)
+        self.stats.aborted += 1
+        return slot.req
 
     def flush_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests run, like SGLang."""
-        if self._running:
+        if self.running_batch:
             return False
         self.pool.flush()
         return True
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self._running)
+        return bool(self.waiting or self.running_batch)
 
     def waiting_by_client(self) -> dict[str, int]:
         return self.waiting.by_client()
@@ -163,7 +168,7 @@ class Engine(BatchFormation, DecodeBook):
         self._settle()
         if not self.has_work:
             return None
-        batch = self._form_batch(now_s)
+        batch = self.former.form(now_s)
         if not batch.chunks and not (batch.decode and self.pool.decoding):
             return None
         if horizon_s is not None and self._decode_only_blocked(batch):
@@ -222,34 +227,51 @@ class Engine(BatchFormation, DecodeBook):
         decoding = pool.decoding if batch.decode else 0
         prefill_tokens = batch.prefill_tokens
         load = prefill_tokens + decoding
-        context = self._context_base + decoding * pool.clock if decoding else 0
+        context = self.running_batch.context_base + decoding * pool.clock if decoding else 0
         for slot, chunk in batch.chunks:
             context += slot.prompt_tokens + slot.req.output_tokens - slot.prefill_left
             slot.prefill_left -= chunk
         end_s = result.end_s = now_s + self.time_model.batch_time_s(load, context)
-        lazy = self._lazy
-        before = [s for s in self._running if s.decoding] if decoding and not lazy else []
+        running = self.running_batch
+        lazy = running.lazy
+        before = [s for s in running.slots if s.decoding] if decoding and not lazy else []
         pool.grow(1 if decoding else 0, completing)
         if completing:
-            self._prefilling = [s for s in self._prefilling if s.prefill_left > 0]
+            running.prefills_done()
         for slot in completing:
             pool.prefill_done(slot)
             req = slot.req
             req.output_tokens += 1
             if req.first_token_s is None:
                 req.first_token_s = end_s
-            self._join(slot)
+            running.join(slot)
             result.prefilled.append(req)
         result.prefill_tokens = prefill_tokens
         self.stats.prefill_tokens += prefill_tokens
         result.admitted = [s.req for s, _ in batch.chunks if s.req.admit_s == now_s]
         if decoding and lazy:
-            self._produce(1, result, None)
+            running.produce(1, result, None)
         else:
             for slot in before:
                 pool.sync(slot)
-            self._produce(1, result, before + completing)
+            running.produce(1, result, before + completing)
         return result
+
+    def _retract_one(self, batch: Batch, now_s: float) -> Slot:
+        """Memory ran out mid-decode: send the newest running request back to waiting."""
+        if len(self.running_batch) <= 1:
+            raise ConfigError(
+                "KV capacity is too small for a single request; raise kv_capacity_tokens"
+            )
+        victim = self.running_batch.newest()
+        self.running_batch.leave(victim)
+        batch.chunks = [(s, c) for s, c in batch.chunks if s is not victim]
+        self.pool.release(victim, cache_output=False)
+        self.pool.after_retraction()
+        self.waiting.push_front(victim.req, victim.output_key)
+        self.policy.on_retract(victim.req, now_s)
+        self.stats.retracted += 1
+        return victim
 
     # ---------------------------------------------------------------- fused decode
     def _admission_blocked(self, batch: Batch, result: StepResult) -> bool:
@@ -257,13 +279,13 @@ class Engine(BatchFormation, DecodeBook):
 
         Refusals were decided at the start of the step; a finish or retraction during it
         freed memory, so then the next step must ask the policy again."""
-        if not self._running or self._prefilling:
+        if not self.running_batch or self.running_batch.prefilling:
             return False
         if result.finished or result.retracted or not self.pool.ratio_settled:
             return False
         if self.config.batching == "fastertransformer":
             return True
-        if not self._may_fit_any():
+        if not self.former.may_fit_any():
             return True
         return self.waiting.all_in(batch.refused)
 
@@ -271,11 +293,11 @@ class Engine(BatchFormation, DecodeBook):
         """Before executing: this step is pure decode of every running request, nothing is
         admissible and memory cannot run out, so it starts a span of identical steps (the
         same conditions :meth:`_admission_blocked` checks after a step)."""
-        if batch.chunks or not batch.decode or self._prefilling:
+        if batch.chunks or not batch.decode or self.running_batch.prefilling:
             return False
-        if not self.pool.ratio_settled or self.pool.growable_tokens() < len(self._running):
+        if not self.pool.ratio_settled or self.pool.growable_tokens() < len(self.running_batch):
             return False
-        if self.config.batching == "fastertransformer" or not self._may_fit_any():
+        if self.config.batching == "fastertransformer" or not self.former.may_fit_any():
             return True
         return self.waiting.all_in(batch.refused)
 
@@ -284,11 +306,8 @@ class Engine(BatchFormation, DecodeBook):
         first finish, the memory limit or ``horizon_s``."""
         pool = self.pool
         n = pool.decoding
-        heap = self._finish_at
-        while not heap[0][2].decoding:
-            heapq.heappop(heap)  # stale: left the batch
-        max_steps = min(pool.growable_tokens() // n, heap[0][0] - pool.clock)
-        context = self._context_base + n * pool.clock
+        max_steps = min(pool.growable_tokens() // n, self.running_batch.steps_to_first_finish())
+        context = self.running_batch.context_base + n * pool.clock
         end_s = start_s
         ends_s: list[float] = []
         batch_time_s = self.time_model.batch_time_s
@@ -310,7 +329,8 @@ class Engine(BatchFormation, DecodeBook):
             return result
         self.pool.grow(steps)
         fused = StepResult(span.start_s, end_s, steps=steps)
-        self._produce(steps, fused, None if self._lazy else self._decoding_slots())
+        running = self.running_batch
+        running.produce(steps, fused, None if running.lazy else running.decoding_slots())
         result.steps += steps
         result.decode_tokens += fused.decode_tokens
         self._merge_decoded(result, fused)

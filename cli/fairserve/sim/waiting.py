@@ -30,11 +30,14 @@ class WaitingQueue:
     A waiting request's ``output_tokens`` does not change while it waits (it changes only
     while running), so its remaining output is fixed from ``append`` to ``remove``."""
 
-    __slots__ = ("_by_client", "_min_heap", "_remaining", "_reqs")
+    __slots__ = ("_by_client", "_min_heap", "_output_keys", "_remaining", "_reqs")
 
     def __init__(self) -> None:
         self._reqs: dict[int, Request] = {}
         self._by_client: dict[str, int] = {}
+        self._output_keys: dict[int, bytes] = {}
+        """The output a waiting request will produce, where the host knows it (what its
+        prompt + output caches as when it finishes)."""
         self._remaining: dict[int, int] = {}
         """remaining output -> waiting requests with it."""
         self._min_heap: list[int] = []
@@ -80,6 +83,9 @@ class WaitingQueue:
             counts.pop(top, None)
         return None
 
+    def output_key(self, req: Request) -> bytes:
+        return self._output_keys.get(id(req), b"")
+
     def find(self, rid: str) -> Request | None:
         """The waiting request with id ``rid`` (linear: aborts are rare)."""
         for req in self._reqs.values():
@@ -88,17 +94,19 @@ class WaitingQueue:
         return None
 
     # ---------------------------------------------------------------- changes
-    def append(self, req: Request) -> None:
+    def append(self, req: Request, output_key: bytes = b"") -> None:
         self._reqs[id(req)] = req
-        self._joined(req)
+        self._joined(req, output_key)
 
-    def push_front(self, req: Request) -> None:
+    def push_front(self, req: Request, output_key: bytes = b"") -> None:
         """A retracted request goes back ahead of everything waiting (O(waiting): rare)."""
         self._reqs = {id(req): req, **self._reqs}
-        self._joined(req)
+        self._joined(req, output_key)
 
     def remove(self, req: Request) -> None:
+        """``req`` leaves the queue (admitted or aborted), its output key with it."""
         del self._reqs[id(req)]
+        self._output_keys.pop(id(req), None)
         client = req.client
         left = self._by_client[client] - 1
         if left:
@@ -111,7 +119,9 @@ class WaitingQueue:
         for req in reqs:
             self.remove(req)
 
-    def _joined(self, req: Request) -> None:
+    def _joined(self, req: Request, output_key: bytes) -> None:
+        if output_key:
+            self._output_keys[id(req)] = output_key
         client = req.client
         self._by_client[client] = self._by_client.get(client, 0) + 1
         remaining = remaining_output(req)
