@@ -1,16 +1,22 @@
 """``launch --ray`` without a cluster: the placement plan (pure), the options it accepts,
-the worker commands it builds for a node, and the error when Ray is missing."""
+the worker commands it builds for a node, the engine actor's logic, and the error when Ray
+is missing (tests/ray runs it all on a real Ray cluster)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from fairserve.cluster.plan import LaunchOptions, build_plan
+from fairserve.cluster.plan import LaunchOptions, WorkerSpec, build_plan
+from fairserve.cluster.ray_fleet import EngineHost
 from fairserve.cluster.ray_placement import NodeCapacity, NotEnoughGpus, place
 from fairserve.commands.app import app
 from fairserve.commands.errors import ExitCode, classify
@@ -123,3 +129,27 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     failure = classify(result.exception or Exception("no error"))
     assert failure.code == ExitCode.ERROR and not failure.internal, failure
     assert "pip install 'fairserve[ray]'" in failure.message
+
+
+def test_engine_host_restarts_its_engine_and_reports_it(tmp_path: Path) -> None:
+    """The actor's logic, run here without Ray: start, a crash seen and restarted with the
+    local launch's backoff, the report the supervisor writes to the run file, stop."""
+    host = EngineHost(str(tmp_path / "logs"), "token")
+    argv = (sys.executable, "-c", "import time; time.sleep(60)")
+    started = host.start(WorkerSpec("worker-0", 1, argv, host="10.0.0.9"))
+    assert started["state"] == "running" and started["pid"] and started["restarts"] == 0
+    assert host.poll() is None
+    os.kill(started["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    report = host.check()
+    messages = list(report["messages"])
+    while not (report["state"] == "running" and report["restarts"] == 1):
+        assert time.monotonic() < deadline, report
+        time.sleep(0.1)
+        report = host.check()
+        messages += report["messages"]
+    assert report["pid"] not in (None, started["pid"])
+    assert any("exited with status -9; restarting" in line for line in messages), messages
+    assert any("restarted (pid" in line for line in messages), messages
+    host.stop(5.0)
+    assert host.poll() is not None
