@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from fairserve.cluster.plan import LaunchOptions, WorkerSpec, build_plan
-from fairserve.cluster.ray_fleet import EngineHost
+from fairserve.cluster.ray_fleet import EngineHost, non_loopback_hosts
 from fairserve.cluster.ray_placement import NodeCapacity, NotEnoughGpus, place
 from fairserve.commands.app import app
 from fairserve.commands.errors import ExitCode, classify
@@ -153,3 +153,13 @@ def test_engine_host_restarts_its_engine_and_reports_it(tmp_path: Path) -> None:
     assert any("restarted (pid" in line for line in messages), messages
     host.stop(5.0)
     assert host.poll() is not None
+
+
+def test_workers_beyond_loopback_are_named_for_the_token_warning() -> None:
+    specs = [
+        WorkerSpec("worker-0", 1, ("x",), host="10.0.0.2"),
+        WorkerSpec("worker-1", 2, ("x",), host="127.0.0.1"),
+        WorkerSpec("worker-2", 3, ("x",), host="10.0.0.2"),
+    ]
+    assert non_loopback_hosts(specs) == ["10.0.0.2"]
+    assert non_loopback_hosts(specs[1:2]) == []

@@ -143,13 +143,17 @@ def test_too_few_gpus_is_refused_with_what_is_free_where(rig: RayRig) -> None:
     assert "for a worker of 3 GPU(s) each on one node" in sglang.stderr
 
 
-def test_unreachable_cluster_exits_3() -> None:
+def test_unreachable_cluster_exits_3(monkeypatch: pytest.MonkeyPatch) -> None:
     require_ray()
     address = f"127.0.0.1:{free_port()}"
     for extra in ((), ("--dry-run",)):
         done = fairserve("launch", "--ray", address, "--engine", "sim", *extra, timeout_s=60)
         assert done.returncode == 3, done.stderr
         assert f"no Ray cluster at {address}" in done.stderr
+    monkeypatch.setenv("RAY_ADDRESS", address)  # auto: RAY_ADDRESS first
+    done = fairserve("launch", "--ray", "auto", "--engine", "sim", "--dry-run", timeout_s=60)
+    assert done.returncode == 3, done.stderr
+    assert f"no Ray cluster at {address}" in done.stderr
 
 
 def _complete(url: str, client: str = "c0", prompt: str = "hello there") -> int:
