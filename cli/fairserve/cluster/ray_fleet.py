@@ -386,18 +386,22 @@ class RayFleet:
 
     def _apply(self, worker: RayWorker, result: object) -> bool:
         name = worker.placement.name
-        if isinstance(result, self._ray.exceptions.ActorUnavailableError | TimeoutError):
-            return False  # transient: asked again next tick
-        if isinstance(result, self._ray.exceptions.RayActorError):
+        dead = self._ray.exceptions.RayActorError
+        if isinstance(result, dead) and not isinstance(
+            result, self._ray.exceptions.ActorUnavailableError
+        ):
             worker.state = "lost"
             self.log(
                 f"{name}: lost with node {worker.placement.node.label} ({_first_line(result)}); "
-                "not restarted (its URL would change); the router has ejected it"
+                "not restarted (its URL would change); the router ejects it"
             )
             return True
-        if isinstance(result, BaseException):
-            self.log(f"{name}: check failed: {_first_line(result)}")
-            return False
+        if isinstance(result, BaseException):  # no answer now (a timeout, a node unreachable)
+            if worker.state == "unknown":
+                return False  # said once; asked again every tick
+            worker.state = "unknown"
+            self.log(f"{name}: its actor does not answer ({_first_line(result)}); asking again")
+            return True
         assert isinstance(result, dict)
         for message in result["messages"]:
             self.log(f"{message} (node {worker.placement.node.label})")

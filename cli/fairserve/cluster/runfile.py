@@ -38,7 +38,8 @@ class WorkerEntry:
     gpus: list[int] = field(default_factory=list)
     """The GPUs it was given (``CUDA_VISIBLE_DEVICES`` on its node)."""
     state: str | None = None
-    """``--ray``: running, restarting, or lost (its node died; it is not restarted)."""
+    """``--ray``: running, restarting, lost (its node died; it is not restarted), or unknown
+    (its actor did not answer the last check)."""
 
 
 @dataclass
