@@ -89,18 +89,21 @@ def test_text_prompts_translate_what_they_begin_and_pass_the_rest_through() -> N
     prompts = TextPrompts()
     for text in (first, second):
         prompts.add(token_key(text), text)
-    # A whole prompt: its text key, cut at its last whole unit (45 bytes: 11 units).
-    assert prompts.router_key(token_key(first)) == text_key(first)[: 11 * 4]
-    # The two prompts' shared tokens: the shared text, cut at its last whole unit.
-    shared_tokens = tokenize("The shared document.")
-    shared = tokens_to_key(shared_tokens)
+    # A whole prompt: its text key, as the router has it.
+    assert prompts.router_key(token_key(first)) == text_key(first)
+    # The two prompts' shared tokens: the shared text (20 bytes, 5 units).
+    shared = tokens_to_key(tokenize("The shared document."))
     assert token_key(second).startswith(shared)
-    assert prompts.router_key(shared) == text_key("The shared document.")[:20]
-    # Token ids nobody sent as text, a flush, less than a unit of text: unchanged.
+    assert prompts.router_key(shared) == text_key("The shared document.")
+    # A prefix that ends inside a unit keeps that unit, never a shorter prefix: "The"
+    # (3 bytes) is the unit "The ", not nothing (which would name every prompt).
+    assert prompts.router_key(token_key(first)[:4]) == b"The "
+    shared_and_a_word = tokens_to_key(tokenize("The shared document. Then"))
+    assert prompts.router_key(shared_and_a_word) == text_key(first)[:28]  # 25 bytes
+    # Token ids nobody sent as text, and a flush: unchanged.
     ids = tokens_to_key([7, 8, 9])
     assert prompts.router_key(ids) == ids
     assert prompts.router_key(b"") == b""
-    assert prompts.router_key(token_key(first)[:4]) == token_key(first)[:4]  # "The"
 
 
 def test_text_prompts_forget_the_oldest_past_their_bound() -> None:
@@ -110,4 +113,24 @@ def test_text_prompts_forget_the_oldest_past_their_bound() -> None:
     for text in texts:
         prompts.add(token_key(text), text)
     assert prompts.router_key(token_key(texts[0])) == token_key(texts[0])  # forgotten
-    assert prompts.router_key(token_key(texts[3])) == text_key(texts[3])[: len(texts[3]) // 4 * 4]
+    assert prompts.router_key(token_key(texts[3])) == text_key(texts[3])
+
+
+def test_an_evicted_node_ending_in_a_short_word_spares_the_document_above_it() -> None:
+    """The worker evicts leaves first: two tails after "... a", then the node "... a"
+    itself, while a third prompt still caches the document. The router must forget the
+    first two and keep the third (a key cut back to a whole unit would name the document)."""
+    document = "A shared document of some length here"  # 37 bytes
+    tails = (document + " a b c", document + " a x y", document + " q r s")
+    prompts = TextPrompts()
+    tree = RadixTree()  # the router's tree for this worker
+    for text in tails:
+        prompts.add(token_key(text), text)
+        tree.insert(text_key(text), "w")
+    node = tokens_to_key(tokenize(document + " a"))  # 39 bytes, in the 10th unit
+    for evicted in (token_key(tails[0]), token_key(tails[1]), node):
+        tree.remove_owner(prompts.router_key(evicted), "w")
+    assert tree.match_owners(text_key(tails[2])).owners == {"w"}
+    assert tree.match_owners(text_key(tails[2])).tokens == key_len(text_key(tails[2]))
+    for text in tails[:2]:
+        assert tree.match_owners(text_key(text)).tokens < key_len(text_key(text))

@@ -119,8 +119,14 @@ class TextPrompts:
 
     def router_key(self, evicted: bytes) -> bytes:
         """``evicted`` (a token key) as the router keys it: the text key of a remembered
-        prompt that begins with it, cut at the last whole unit before the evicted tokens'
-        text ends; else ``evicted`` itself (token ids, a flush, text not remembered)."""
+        prompt that begins with it, up to the unit where the evicted tokens' text ends;
+        else ``evicted`` itself (token ids, a flush, text not remembered).
+
+        The unit that holds the end is kept (with that prompt's next bytes in it), never cut
+        off: a shorter key would name a shorter prefix, and the router would forget prompts
+        the worker still caches (a node that ends in a 2-byte word, cut back into the shared
+        document above it, would drop the whole document). Kept, it can at worst leave a
+        sibling that diverges within those few bytes, whose own eviction names it."""
         if not evicted:
             return evicted
         at = bisect.bisect_left(self._sorted, evicted)
@@ -129,7 +135,5 @@ class TextPrompts:
         text = self._texts[self._sorted[at]]
         count = len(evicted) // TOKEN_BYTES
         text_bytes = len("".join(pieces(text)[:count]).encode("utf-8"))
-        units = text_bytes // TEXT_UNIT_BYTES
-        if units == 0:
-            return evicted  # less than a unit of text: nothing the router can name
+        units = -(-text_bytes // TEXT_UNIT_BYTES)
         return text_key(text)[: units * TEXT_UNIT_BYTES]
