@@ -9,8 +9,10 @@ from earlier steps where still valid) must equal a fresh walk and the reference 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis.stateful import invariant, rule
 
+from fairserve.core import radix_matches
 from fairserve.core.radix import RadixTree
 from tests.core.test_radix import (
     STATEFUL,
@@ -175,9 +177,26 @@ def test_an_inserted_key_keeps_nothing() -> None:
 
 def test_the_cache_is_bounded() -> None:
     tree = tree_of([1, 2, 3])
-    tree._trie.matches.limit = 4
+    tree._trie.matches.limit = tree._trie.matches._sweep_at = 4
     keys = [k([1, 2, i]) for i in range(10, 20)]
     for key in keys:
         tree.match_len(key)
         assert len(tree._trie.matches) <= 4
     assert [tree.match_len(key) for key in keys] == [2] * len(keys)
+
+
+def test_keys_nothing_else_holds_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that left the queue without being admitted: its prompt is not kept alive
+    by the cache once the kept matches have doubled."""
+    monkeypatch.setattr(radix_matches, "SWEEP_MIN_ENTRIES", 8)
+    tree = tree_of([1, 2, 3])
+    matches = tree._trie.matches
+    matches._sweep_at = 8
+    live = [k([1, 2, 3, i]) for i in range(4)]
+    for key in live:
+        tree.match_len(key)
+    for i in range(4, 20):
+        tree.insert(k([9, i]))  # elsewhere; a new shape also lets the walk memo go
+        tree.match_len(k([1, 2, 3, i]))  # nothing else holds these keys
+    assert len(matches) < 12
+    assert all(kept(tree, key) == 3 for key in live)

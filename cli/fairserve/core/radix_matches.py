@@ -29,19 +29,35 @@ kept match equals a fresh walk after any sequence of inserts, evictions, locks, 
 touches and owner removals.
 
 Memory: the kept matches are bounded (:data:`MAX_KEPT_MATCHES`; past it they are all
-dropped and rebuilt on demand) and a key inserted into the tree drops its own, so the
-prompts of requests that left the queue are not kept alive by the cache.
+dropped and rebuilt on demand); a key inserted into the tree drops its own (an admitted
+prompt); and whenever the kept matches have doubled, those whose key nothing else holds
+any more (the prompt of a request that left the queue without being admitted) are
+dropped, so the cache never keeps more prompts alive than are waiting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from sys import getrefcount
 
 from fairserve.core.radix_node import Node, Ticket
 
 MAX_KEPT_MATCHES = 1 << 16
 """Match lengths kept at once: above the longest waiting queue a worker is expected to hold
 (a decision over more than this re-walks the excess, as without the cache)."""
+
+
+SWEEP_MIN_ENTRIES = 1024
+"""Kept matches below which no sweep for orphaned keys runs."""
+
+
+def _refcounts(keys: Iterable[bytes]) -> list[int]:
+    return [getrefcount(key) for key in keys]
+
+
+_ORPHAN_REFS = _refcounts({bytes(bytearray(b"probe")): 0})[0]
+"""What ``_refcounts`` reads for a key only the kept matches hold (measured, not assumed:
+it depends on the interpreter)."""
 
 
 INSIDE: None = None
@@ -77,12 +93,13 @@ def revoke_all(nodes: Iterable[Node]) -> None:
 class MatchCache:
     """``key -> (tokens, ticket)``: match lengths valid while their ticket is."""
 
-    __slots__ = ("kept", "limit")
+    __slots__ = ("_sweep_at", "kept", "limit")
 
     def __init__(self, limit: int = MAX_KEPT_MATCHES) -> None:
         self.kept: dict[bytes, tuple[int, Ticket]] = {}
         """The tree reads it directly on its hot path; always the same dict object."""
         self.limit = limit
+        self._sweep_at = min(limit, SWEEP_MIN_ENTRIES)
 
     def __len__(self) -> int:
         return len(self.kept)
@@ -109,9 +126,21 @@ class MatchCache:
             if ticket is None:
                 ticket = ends[head] = Ticket()
         kept = self.kept
-        if len(kept) >= self.limit and key not in kept:
-            kept.clear()  # amortised O(1); live matches are rebuilt on their next use
+        if len(kept) >= self._sweep_at and key not in kept:
+            self._sweep()
         kept[key] = (tokens, ticket)
+
+    def _sweep(self) -> None:
+        """Drop the matches of keys nothing else holds; past :attr:`limit`, drop them all.
+        Runs when the kept matches have doubled since the last sweep: amortised O(1)."""
+        kept = self.kept
+        refs = _refcounts(kept)  # before anything here holds the keys
+        orphans = [key for key, held in zip(kept, refs, strict=True) if held <= _ORPHAN_REFS]
+        for key in orphans:
+            del kept[key]
+        if len(kept) >= self.limit:
+            kept.clear()  # live matches are rebuilt on their next use
+        self._sweep_at = min(self.limit, max(SWEEP_MIN_ENTRIES, 2 * len(kept)))
 
     def forget(self, key: bytes) -> None:
         """Drop ``key``'s match (it was inserted: it is no longer a waiting prompt)."""
