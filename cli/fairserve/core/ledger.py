@@ -89,7 +89,9 @@ class ServiceLedger:
     """Per-client delivered service with bounded, windowed history."""
 
     def __init__(self, max_window_s: float = MAX_WINDOW_S) -> None:
-        if not (max_window_s > 0 and math.isfinite(max_window_s)):
+        """``max_window_s = math.inf`` keeps the whole history: a simulation's report reads
+        all of a run that has an end (a live host keeps it finite)."""
+        if not max_window_s > 0:
             raise ConfigError(f"max_window_s must be a positive number, got {max_window_s}")
         self.max_window_s = max_window_s
         self.clients: dict[str, _ClientHistory] = {}
@@ -140,15 +142,35 @@ class ServiceLedger:
         if history.busy == 0 and history.runs:
             history.runs[-1][1] = now_s
 
-    def sample(self, now_s: float) -> None:
-        """Record who is backlogged now (call periodically) and drop what fell out of reach."""
-        backlogged = {n: h.cumulative for n, h in self.clients.items() if h.busy > 0}
-        self.samples.append(ServiceSample(now_s, backlogged, frozenset(backlogged)))
-        self._prune(now_s - self.max_window_s)
+    def sample(
+        self, now_s: float, backlogged: Iterable[str] | None = None, every_client: bool = False
+    ) -> None:
+        """Record who is backlogged now (call periodically) and drop what fell out of reach.
+
+        By default a client is backlogged while it has a request inside the host
+        (:meth:`busy`) and the sample holds those clients' cumulative service only (what
+        the service gap reads). A host with a narrower notion passes ``backlogged`` (the
+        simulator: a call waiting in some queue, DESIGN §7); ``every_client`` keeps every
+        client's cumulative (a report that also reads rates off the samples)."""
+        if backlogged is None:
+            marked = frozenset(n for n, h in self.clients.items() if h.busy > 0)
+        else:
+            marked = frozenset(backlogged)
+        if every_client:
+            cumulative = self.cumulatives()
+        else:
+            cumulative = {n: h.cumulative for n, h in self.clients.items() if n in marked}
+        self.samples.append(ServiceSample(now_s, cumulative, marked))
+        if self.max_window_s != math.inf:
+            self._prune(now_s - self.max_window_s)
 
     # ------------------------------------------------------------------ reads
     def cumulative(self, name: str) -> float:
         return self.clients[name].cumulative
+
+    def cumulatives(self) -> dict[str, float]:
+        """Every client's cumulative service, in the order the clients were added."""
+        return {name: history.cumulative for name, history in self.clients.items()}
 
     def window(self, window_s: float, now_s: float, weighted: bool = True) -> WindowView:
         """Jain's index and the service gap over ``[now − window_s, now]``."""

@@ -4,14 +4,23 @@ Service is credited as the client sees it (DESIGN §7): ``w_e`` per prompt token
 prompt was processed and ``w_q`` per output token when it is produced. Samples of the
 cumulative service and of who is backlogged (has a call waiting in some queue) are taken on
 a fixed grid of simulated time; the fairness metrics read them.
+
+The service is kept by the one ledger of the project,
+:class:`~fairserve.core.ledger.ServiceLedger`, fed as the router feeds it: credit as tokens
+are delivered, a client busy from a call's arrival to its finish
+(``tests/core/test_ledger_replay.py`` replays one trace through both hosts' event sequences
+and requires equal ledgers). A second ledger keeps the system's view (extend tokens, every
+time a prompt is computed). The run keeps its whole history (``max_window_s = inf``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairserve.core.ledger import ServiceLedger
 from fairserve.core.metrics import ServiceSample
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher
@@ -95,14 +104,16 @@ class Recorder:
         self.weights = dict(weights)
         self.interval_s = interval_s
         self.w_e, self.w_q = w_e, w_q
-        self.service: dict[str, float] = {c: 0.0 for c in clients}
-        self.service_extend: dict[str, float] = {c: 0.0 for c in clients}
-        self.samples_extend: list[ServiceSample] = [
-            ServiceSample(0.0, dict(self.service_extend), frozenset())
-        ]
+        self.ledger = ServiceLedger(max_window_s=math.inf)
+        """Service as the client sees it (prompt tokens once, output tokens)."""
+        self.ledger_extend = ServiceLedger(max_window_s=math.inf)
+        """The system's view: extend tokens each time a prompt is computed, output tokens."""
+        for name in self.clients:
+            self._add_client(name, 0.0)
+        for ledger in (self.ledger, self.ledger_extend):
+            ledger.sample(0.0, (), every_client=True)
         self.longest_input_tokens = 0
         self.counters: dict[str, ClientCounters] = {c: ClientCounters() for c in clients}
-        self.samples: list[ServiceSample] = [ServiceSample(0.0, dict(self.service), frozenset())]
         self.records: list[RequestRecord] = []
         self.queue_samples: list[tuple[float, int]] = [(0.0, 0)]
         self.next_sample_s = interval_s
@@ -113,18 +124,23 @@ class Recorder:
         """Accepted calls not seen finished yet (id → client): what is unfinished at the
         end, including calls an engine finished in a step that ends after the run does."""
 
-    def _client(self, name: str) -> ClientCounters:
+    def _add_client(self, name: str, now_s: float) -> None:
+        weight = self.weights.get(name, 1.0)
+        self.ledger.add_client(name, weight, now_s)
+        self.ledger_extend.add_client(name, weight, now_s)
+
+    def _client(self, name: str, now_s: float) -> ClientCounters:
         if name not in self.counters:
             self.counters[name] = ClientCounters()
-            self.service[name] = 0.0
-            self.service_extend[name] = 0.0
+            self._add_client(name, now_s)
             self.clients.append(name)
         return self.counters[name]
 
     def arrived(self, req: Request) -> None:
-        counters = self._client(req.client)
+        counters = self._client(req.client, req.arrival_s)
         counters.submitted += 1
         self._open[id(req)] = req.client
+        self.ledger.busy(req.client, req.arrival_s)
         self.longest_input_tokens = max(self.longest_input_tokens, req.input_tokens)
         if counters.first_arrival_s is None:
             counters.first_arrival_s = req.arrival_s
@@ -133,25 +149,25 @@ class Recorder:
     def rejected(self, req: Request) -> None:
         """A refused call was submitted too: ``finished + unfinished + rejected =
         submitted``."""
-        counters = self._client(req.client)
+        counters = self._client(req.client, req.arrival_s)
         counters.submitted += 1
         counters.rejected += 1
 
     def step(self, worker: int, result: StepResult) -> None:
-        w_e, w_q, service, counters = self.w_e, self.w_q, self.service, self.counters
+        w_e, w_q, counters, end_s = self.w_e, self.w_q, self.counters, result.end_s
         credited = self._credited
-        extend = self.service_extend
+        credit, credit_extend = self.ledger.credit, self.ledger_extend.credit
         for req in result.prefilled:
             # computed again after a retraction: the system did that work twice
-            extend[req.client] += w_e * (req.input_tokens - req.cached_tokens)
+            credit_extend(req.client, w_e * (req.input_tokens - req.cached_tokens), end_s)
             if id(req) not in credited:
                 credited.add(id(req))
                 tokens = req.input_tokens
-                service[req.client] += w_e * tokens
+                credit(req.client, w_e * tokens, end_s)
                 counters[req.client].input_tokens += tokens
         for client, tokens in result.decoded_by_client.items():
-            service[client] += w_q * tokens
-            extend[client] += w_q * tokens
+            credit(client, w_q * tokens, end_s)
+            credit_extend(client, w_q * tokens, end_s)
             counters[client].output_tokens += tokens
         if not result.finished:
             return
@@ -159,6 +175,7 @@ class Recorder:
         for req in result.finished:
             credited.discard(id(req))
             self._open.pop(id(req), None)
+            self.ledger.idle(req.client, req.finish_s if req.finish_s is not None else end_s)
             self.records.append(
                 RequestRecord(
                     req.client,
@@ -179,13 +196,10 @@ class Recorder:
         backlogged: set[str] = set()
         for engine in engines:
             backlogged.update(engine.waiting.clients())
-        frozen = frozenset(backlogged)
         queued = sum(len(engine.waiting) for engine in engines)
         while self.next_sample_s <= t_s:
-            self.samples.append(ServiceSample(self.next_sample_s, dict(self.service), frozen))
-            self.samples_extend.append(
-                ServiceSample(self.next_sample_s, dict(self.service_extend), frozen)
-            )
+            for ledger in (self.ledger, self.ledger_extend):
+                ledger.sample(self.next_sample_s, backlogged, every_client=True)
             self.queue_samples.append((self.next_sample_s, queued))
             self.next_sample_s += self.interval_s
 
@@ -206,8 +220,8 @@ class Recorder:
             clients=list(self.clients),
             weights=dict(self.weights),
             counters=self.counters,
-            service=dict(self.service),
-            samples=self.samples,
+            service=self.ledger.cumulatives(),
+            samples=list(self.ledger.samples),
             records=self.records,
             worker_ids=list(worker_ids),
             worker_stats=[e.stats for e in engines],
@@ -215,7 +229,7 @@ class Recorder:
             dispatcher=dispatcher.snapshot(),
             unfinished=unfinished,
             queue_samples=self.queue_samples,
-            samples_extend=self.samples_extend,
+            samples_extend=list(self.ledger_extend.samples),
             bound_inputs=self._bound_inputs(engines, dispatcher),
         )
 
