@@ -163,12 +163,12 @@ class DLPM(LocalPolicy):
     ) -> Decision:
         """The general decision: LPM order, Algorithm 1's passes, then the fill."""
         matches = list(map(match_len, waiting))  # once per request per decision
-        matched = dict(zip(map(id, waiting), matches, strict=True))
+        matched = dict(zip(waiting, matches, strict=True))  # identity keys (``eq=False``)
         admitted: list[Request] = []
         batch = _AdmittedPrompts()
 
         def admit(req: Request) -> None:
-            cached = batch.cached_tokens(req.prompt_key, matched[id(req)])
+            cached = batch.cached_tokens(req.prompt_key, matched[req])
             self.on_admit(req, max(0, req.input_tokens - cached), now_s)
             batch.add(req.prompt_key)
             admitted.append(req)
