@@ -45,3 +45,19 @@ def test_ratio_rows_need_both_direction_and_closeness() -> None:
     assert not table.ratio_row("P", "F", "c", 2.0, 2.0, False).holds  # wrong direction
     text = table.markdown([table.direction_row("P", "F", "c", 1.0, 0.5, False, why_not="x")], "cmd")
     assert "| P | F | c | 1 | 0.5 | - | no: x |" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (REPO.parent / "shared" / "reference" / "vidur-profiling").is_dir(),
+    reason="reference data (../shared/reference) is not beside the repo",
+)
+def test_vtc_rows_at_the_papers_own_rates_hold_on_its_testbed() -> None:
+    table = load_script()
+    rows = table.rows_for(("vtc-paper",))
+    assert len(rows) == 6
+    for row in rows:
+        assert row.holds, row
+    committed = (REPO / "docs/paper-table.md").read_text(encoding="utf-8")
+    for row in rows:
+        assert f"| {row.claim} |" in committed, row.claim
