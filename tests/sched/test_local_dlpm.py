@@ -268,7 +268,24 @@ def test_lpm_sorted_is_lpm_order(specs: list[tuple[int, int, int]]) -> None:
     ]
     matches = [m for _, _, m in specs]
     by_id = {id(r): m for r, m in zip(reqs, matches, strict=True)}
-    assert lpm_sorted(reqs, matches) == lpm_order(reqs, lambda r: by_id[id(r)])
+    by_request = dict(zip(reqs, matches, strict=True))
+
+    def reference(queue: list[Request]) -> list[Request]:
+        """Longest match first, then arrival, then queue position."""
+        return [
+            queue[i]
+            for i in sorted(
+                range(len(queue)),
+                key=lambda i: (-by_request[queue[i]], queue[i].arrival_s, i),
+            )
+        ]
+
+    assert lpm_sorted(reqs, matches) == lpm_order(reqs, lambda r: by_id[id(r)]) == reference(reqs)
+    assert lpm_sorted(reqs, matches, by_request) == reference(reqs)
+    queue = sorted(reqs, key=lambda r: r.arrival_s)  # in arrival order: the one-sort branch
+    in_queue = [by_request[r] for r in queue]
+    expected = reference(queue)
+    assert lpm_sorted(queue, in_queue) == lpm_sorted(queue, in_queue, by_request) == expected
 
 
 def counting(match: Callable[[Request], int]) -> tuple[Callable[[Request], int], list[int]]:

@@ -173,7 +173,7 @@ class DLPM(LocalPolicy):
             batch.add(req.prompt_key)
             admitted.append(req)
 
-        order = lpm_sorted(waiting, matches)
+        order = lpm_sorted(waiting, matches, matched)
         fill = self.p["work_conserving"] and not self._fill_patience.hold
         state = DecisionState(order, self.deficits, self._refill, fill, queue=waiting)
         yield from state.run(admit)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
 from fairserve.core.types import Request
@@ -11,15 +11,22 @@ from fairserve.sched.local.base import LocalPolicy, MatchLen, register_local
 _ARRIVAL = attrgetter("arrival_s")
 
 
-def lpm_sorted(waiting: Sequence[Request], matches: Sequence[int]) -> list[Request]:
+def lpm_sorted(
+    waiting: Sequence[Request],
+    matches: Sequence[int],
+    matched: Mapping[Request, int] | None = None,
+) -> list[Request]:
     """Longest cached prefix first for match lengths already known.
 
     Same order (longest match first, then arrival, then queue position). Hosts keep their
     queue in arrival order, so usually one stable sort on the match length, keyed by a C
     method, is enough (``reverse`` keeps equal matches in queue order); otherwise sort
-    plain tuples (comparisons still run in C)."""
+    plain tuples (comparisons still run in C). ``matched``, the same lengths by request
+    when the caller has them, sorts the requests themselves (no index sort to map back)."""
     arrivals = list(map(_ARRIVAL, waiting))
     if arrivals == sorted(arrivals):  # in arrival order: one pass in C, no comparisons kept
+        if matched is not None:
+            return sorted(waiting, key=matched.__getitem__, reverse=True)
         ranked = sorted(range(len(waiting)), key=matches.__getitem__, reverse=True)
         return list(map(waiting.__getitem__, ranked))
     negated = [-m for m in matches]
