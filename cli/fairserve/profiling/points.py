@@ -114,7 +114,7 @@ async def decode_engine(
         opened = await _steady(ctx, point, start, tasks)
         if opened is None:
             return []
-        return await _windows(ctx, point, start, opened, window_wall_s)
+        return await _windows(ctx, point, start, opened, window_wall_s, output_tokens)
     finally:
         for task in tasks:
             task.cancel()  # the worker aborts a request whose client went away
@@ -155,11 +155,17 @@ async def _windows(
     start: EngineCounters,
     opened: EngineCounters,
     window_wall_s: float,
+    output_tokens: int,
 ) -> list[Observation]:
     n, prompt = point.running, point.prompt_tokens
     snaps = [opened]
     stop_at = time.monotonic() + window_wall_s
-    while time.monotonic() < stop_at:
+    # On a small KV pool the requests may have fewer tokens left than the window would
+    # take: close it with half of them left, so the mixed windows still find every
+    # request running.
+    left = output_tokens - (opened.decode_tokens - start.decode_tokens) // n
+    max_steps = max(2, left // 2) if point.mixed_prefill_tokens else max(2, left - 2)
+    while time.monotonic() < stop_at and snaps[-1].steps - opened.steps < max_steps:
         await asyncio.sleep(POLL_S)
         snaps.append(await ctx.counters())
     last = max((s for s in snaps if _pure_decode(opened, s, n)), key=lambda s: s.steps)
