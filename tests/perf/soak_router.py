@@ -4,8 +4,11 @@ Starts ``fairserve worker`` processes and a ``fairserve router`` process (the de
 launch's settings unless told otherwise), then offers open-loop Poisson traffic from
 *heavy* and *light* clients for ``--duration`` seconds, and reports:
 
-* the router's RSS and open file descriptors sampled every ``--sample-s`` seconds, with
-  their least-squares slope after ``--warmup-s`` (flat is the goal: MiB/min and fds/min);
+* the router's RSS, open file descriptors and requests held (``active_requests``) sampled
+  every ``--sample-s`` seconds, with their least-squares slope after ``--warmup-s`` (flat
+  is the goal: MiB/min and fds/min), and the RSS per request held (KiB): under open-loop
+  overload the router holds every request the per-client cap (``--queue-cap``) lets in,
+  so its memory follows that backlog;
 * per class (heavy, light): requests offered, answered, refused with a clear status (429,
   503, 502, 400) and lost (no answer, or a transport error), latency p50/p99;
 * with ``--baseline``: the light clients alone first, so the light p99 under overload can
@@ -179,20 +182,41 @@ async def offer(
 
 
 async def sample_process(
-    proc: psutil.Process, every_s: float, stop: asyncio.Event
-) -> list[tuple[float, float, int]]:
-    """(seconds since start, RSS MiB, open fds) every ``every_s`` until ``stop``."""
+    proc: psutil.Process, url: str, every_s: float, stop: asyncio.Event
+) -> list[tuple[float, float, int, int]]:
+    """(seconds since start, RSS MiB, open fds, requests inside the router) every
+    ``every_s`` until ``stop``: the router's memory grows with the requests it holds, so a
+    slope is read against them (-1: the state read failed)."""
     start = time.monotonic()
     rows = []
-    while not stop.is_set():
-        with proc.oneshot():
-            rows.append((time.monotonic() - start, proc.memory_info().rss / 2**20, proc.num_fds()))
-        with suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
+    timeout = aiohttp.ClientTimeout(total=max(1.0, every_s))
+    async with aiohttp.ClientSession(base_url=url, timeout=timeout) as session:
+        while not stop.is_set():
+            active = await _active_requests(session)
+            with proc.oneshot():
+                rss_mib, fds = proc.memory_info().rss / 2**20, proc.num_fds()
+            rows.append((time.monotonic() - start, rss_mib, fds, active))
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
     return rows
 
 
+async def _active_requests(session: aiohttp.ClientSession) -> int:
+    try:
+        async with session.get("/fairserve/v1/state?limit=1") as resp:
+            state = await resp.json()
+        return int(state["router"]["active_requests"])
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+        return -1
+
+
 def slope_per_min(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, value) points, per minute."""
+    per_s = slope(points)
+    return None if per_s is None else 60 * per_s
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
     if len(points) < 3:
         return None
     n = len(points)
@@ -201,7 +225,7 @@ def slope_per_min(points: list[tuple[float, float]]) -> float | None:
     sxx = sum((x - mx) ** 2 for x, _ in points)
     if sxx == 0:
         return None
-    return 60 * sum((x - mx) * (y - my) for x, y in points) / sxx
+    return sum((x - mx) * (y - my) for x, y in points) / sxx
 
 
 async def run_phase(
@@ -212,7 +236,7 @@ async def run_phase(
     duration_s: float,
 ) -> dict[str, Any]:
     stop = asyncio.Event()
-    sampler = asyncio.create_task(sample_process(proc, args.sample_s, stop))
+    sampler = asyncio.create_task(sample_process(proc, url, args.sample_s, stop))
     stats = await offer(url, clients, duration_s)
     stop.set()
     rows = await sampler
@@ -224,9 +248,17 @@ async def run_phase(
             "last": rows[-1][1],
             "max": max(r[1] for r in rows),
         },
-        "router_rss_slope_mib_per_min": slope_per_min([(t, m) for t, m, _ in warm]),
+        "router_rss_slope_mib_per_min": slope_per_min([(t, m) for t, m, _, _ in warm]),
         "router_fds": {"first": rows[0][2], "last": rows[-1][2], "max": max(r[2] for r in rows)},
-        "router_fds_slope_per_min": slope_per_min([(t, float(f)) for t, _, f in warm]),
+        "router_fds_slope_per_min": slope_per_min([(t, float(f)) for t, _, f, _ in warm]),
+        "router_active_requests": {
+            "first": rows[0][3],
+            "last": rows[-1][3],
+            "max": max(r[3] for r in rows),
+        },
+        "router_active_slope_per_min": slope_per_min([(t, float(a)) for t, _, _, a in warm]),
+        # What each request held in the router costs: RSS against held requests.
+        "router_rss_kib_per_active": slope([(float(a), m * 1024) for _, m, _, a in warm if a >= 0]),
         "samples": len(rows),
     }
 
