@@ -23,7 +23,7 @@ _fairserve() {
         "fairserve launch --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
         "fairserve launch --quantum") COMPREPLY=(); return 0 ;;
         "fairserve launch --worker-quantum") COMPREPLY=(); return 0 ;;
-        "fairserve launch --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve launch --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve launch --clients") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve launch --host") COMPREPLY=(); return 0 ;;
         "fairserve launch --port") COMPREPLY=(); return 0 ;;
@@ -57,7 +57,7 @@ _fairserve() {
         "fairserve simulate --workers") COMPREPLY=(); return 0 ;;
         "fairserve simulate --quantum") COMPREPLY=(); return 0 ;;
         "fairserve simulate --worker-quantum") COMPREPLY=(); return 0 ;;
-        "fairserve simulate --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve simulate --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve simulate --batching") COMPREPLY=( $(compgen -W "sarathi orca vllm-v0 fastertransformer" -- "$cur") ); return 0 ;;
         "fairserve simulate --duration") COMPREPLY=(); return 0 ;;
         "fairserve simulate --seed") COMPREPLY=(); return 0 ;;
@@ -69,7 +69,7 @@ _fairserve() {
         "fairserve worker --policy") COMPREPLY=(); return 0 ;;
         "fairserve worker --quantum") COMPREPLY=(); return 0 ;;
         "fairserve worker --param") COMPREPLY=(); return 0 ;;
-        "fairserve worker --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve worker --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve worker --batching") COMPREPLY=(); return 0 ;;
         "fairserve worker --speed") COMPREPLY=(); return 0 ;;
         "fairserve worker --model-name") COMPREPLY=(); return 0 ;;
@@ -125,7 +125,7 @@ _fairserve() {
         "fairserve tune quantum --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
         "fairserve tune quantum --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
         "fairserve tune quantum --workers") COMPREPLY=(); return 0 ;;
-        "fairserve tune quantum --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve tune quantum --duration") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --seed") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --url") COMPREPLY=(); return 0 ;;
