@@ -12,52 +12,33 @@ XDG directories, bounded in time (about 70 s).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.cli.conftest import RunCli, fairserve_exe, run_cli  # noqa: F401  (fixtures)
-from tests.cli.test_launch import leftovers
+from tests.cli.test_launch import env, stop_and_reap  # noqa: F401  (fixture)
 
 SHOWCASE = ("--workload", "vtc-constant", "--duration", "20", "--timeout", "60", "--json")
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "run").mkdir(mode=0o700)
-    return {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_readme_showcase_shows_the_fair_split(
     run_cli: RunCli,  # noqa: F811  (the fixture imported above)
-    env: dict[str, str],
-    fairserve_exe: Path,  # noqa: F811
+    env: dict[str, str],  # noqa: F811  (the fixture imported above)
 ) -> None:
     launched = run_cli("launch", "--detach", "--port", "0", env=env)
     try:
         assert launched.returncode == 0, launched.stderr
         url = launched.stdout.strip()
         started = time.monotonic()
-        bench = subprocess.run(
-            [str(fairserve_exe), "bench", "--url", url, *SHOWCASE],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL,
-            env={**os.environ, **env}, timeout=150, check=False,
-        )  # fmt: skip
+        bench = run_cli("bench", "--url", url, *SHOWCASE, env=env, timeout_s=150)
         elapsed_s = time.monotonic() - started
         assert bench.returncode == 0, bench.stderr
         report = json.loads(bench.stdout)
     finally:
-        run_cli("stop", env=env)
-        deadline = time.monotonic() + 10
-        while leftovers(env) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for proc in leftovers(env):
-            proc.kill()
+        stop_and_reap(run_cli, env)
     print(f"\nshowcase: Jain {report['jain_index']:.3f} over {report['jain_window_s']}, "
           f"{elapsed_s:.0f} s")  # fmt: skip
     assert report["errors"]["total"] == 0 and report["unfinished"]["total"] == 0

@@ -6,42 +6,61 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+FAIRSERVE_EXE = Path(sys.executable).parent / ("fairserve.exe" if os.name == "nt" else "fairserve")
+"""The console script installed next to this interpreter (``pip install -e .``)."""
+
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def run_fairserve(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
+    timeout_s: float = 60,
+    module: bool = False,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``fairserve ARGS...`` as a user's shell does: its own process, no stdin, no
+    terminal, plain text (``NO_COLOR``) at 120 columns, ``FAIRSERVE_DEBUG`` off.
+
+    ``env`` goes on top of this process's environment and ``unset`` names leave it;
+    ``module`` starts ``python -m fairserve`` instead of the console script. The one way the
+    tests start the CLI, so that every such test sees the same environment.
+    """
+    full_env = {k: v for k, v in os.environ.items() if k != "FAIRSERVE_DEBUG" and k not in unset}
+    full_env.update({"NO_COLOR": "1", "COLUMNS": "120", **(env or {})})
+    program = [sys.executable, "-m", "fairserve"] if module else [str(FAIRSERVE_EXE)]
+    return subprocess.run(
+        [*program, *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="session")
 def fairserve_exe() -> Path:
-    """The console script installed next to this interpreter (``pip install -e .``)."""
-    exe = Path(sys.executable).parent / ("fairserve.exe" if os.name == "nt" else "fairserve")
+    """The console script, checked to be installed."""
+    exe = FAIRSERVE_EXE
     assert exe.exists(), f"{exe} missing: install the project with pip install -e '.[test]'"
     return exe
 
 
 @pytest.fixture
 def run_cli(fairserve_exe: Path) -> RunCli:
-    """Run ``fairserve ARGS...`` in a subprocess with no stdin and no terminal."""
-
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        full_env = {k: v for k, v in os.environ.items() if k != "FAIRSERVE_DEBUG"}
-        full_env.update({"NO_COLOR": "1", "COLUMNS": "120", **(env or {})})
-        return subprocess.run(
-            [str(fairserve_exe), *args],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            env=full_env,
-            timeout=60,
-            check=False,
-        )
-
-    return run
+    """:func:`run_fairserve`, once the console script is known to be installed."""
+    return run_fairserve
 
 
 def complete_words(shell: str, script: str, *words: str) -> list[str]:

@@ -13,7 +13,7 @@ from fairserve.commands.app import run
 from fairserve.commands.errors import ExitCode
 from fairserve.core.errors import ConfigError, UnknownNameError
 from fairserve.sched.dispatch.base import NoWorkerAvailable
-from tests.cli.conftest import REPO, RunCli
+from tests.cli.conftest import REPO, RunCli, run_fairserve
 
 
 def test_version_from_console_script(run_cli: RunCli) -> None:
@@ -24,15 +24,7 @@ def test_version_from_console_script(run_cli: RunCli) -> None:
 
 
 def test_version_from_python_m() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "fairserve", "--version"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    result = run_fairserve("--version", module=True, cwd=REPO)
     assert (result.returncode, result.stdout) == (0, f"fairserve {fairserve.__version__}\n")
 
 

@@ -30,7 +30,8 @@ COMPLETION = {"prompt": "hello fair world", "max_tokens": 4}
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "run").mkdir()
+    """Private state and runtime directories (as XDG asks, the runtime one 0700)."""
+    (tmp_path / "run").mkdir(mode=0o700)
     return {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
 
 
@@ -46,6 +47,17 @@ def leftovers(env: dict[str, str]) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def stop_and_reap(run_cli: RunCli, env: dict[str, str]) -> None:
+    """``fairserve stop``, then up to 10 s for this test's processes to end; any still there
+    are killed, so that a failed test leaves no router or worker behind."""
+    run_cli("stop", env=env)
+    deadline = time.monotonic() + 10
+    while leftovers(env) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for proc in leftovers(env):
+        proc.kill()
 
 
 def _status(run_cli: RunCli, env: dict[str, str]) -> dict[str, Any]:

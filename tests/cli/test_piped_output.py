@@ -7,11 +7,10 @@ checks the full values against the same run's ``--json``.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from tests.cli.conftest import RunCli
-from tests.cli.test_launch import env, leftovers  # noqa: F401  (fixture)
+from tests.cli.test_launch import env, stop_and_reap  # noqa: F401  (fixture)
 from tests.worker.helpers import write_profile
 
 NARROW = {"COLUMNS": "60"}
@@ -60,12 +59,7 @@ def test_status_piped_is_whole(run_cli: RunCli, env: dict[str, str], tmp_path: P
         assert _lines_with(status.stdout, worker["url"], str(worker["pid"]), worker["log"])
         assert data["router"]["url"] in status.stdout
     finally:
-        run_cli("stop", env=env)
-        deadline = time.monotonic() + 10
-        while leftovers(env) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for proc in leftovers(env):
-            proc.kill()
+        stop_and_reap(run_cli, env)
 
 
 def test_status_of_a_dead_router_exits_3_with_a_clear_message(run_cli: RunCli) -> None:

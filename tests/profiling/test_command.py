@@ -9,9 +9,7 @@ file it writes is read by the simulator (a short ``simulate``) and served by
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +19,10 @@ import pytest
 
 from fairserve.commands.app import run as run_cli
 from fairserve.sim.profile import Profile, load_profile, resolve_profile, write_profile
+from tests.cli.conftest import run_fairserve
 from tests.profiling.helpers import truth_profile
 from tests.worker.processes import http_json, worker_process
 
-FAIRSERVE = Path(sys.executable).parent / "fairserve"
 TRUTH = truth_profile(
     c_s=0.012, a_s_per_token=4e-5, b0_tokens=180, attention_s_per_token=2e-7,
     step_overhead_s=0.003, max_batch_tokens=4096, kv_capacity_tokens=100_000,
@@ -32,17 +30,8 @@ TRUTH = truth_profile(
 
 
 def fairserve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "FAIRSERVE_DEBUG"}
-    full_env.update({"NO_COLOR": "1", "COLUMNS": "120", **(env or {})})
-    return subprocess.run(
-        [str(FAIRSERVE), *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=full_env,
-        timeout=90,
-        check=False,
-    )
+    """The real CLI in its own process; a profile run may take longer than the default."""
+    return run_fairserve(*args, env=env, timeout_s=90)
 
 
 def fairserve_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

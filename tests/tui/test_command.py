@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.cli.conftest import run_fairserve
 
 
 def _top(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_STATE_HOME": str(home), "XDG_RUNTIME_DIR": str(home)}
-    env.pop("FAIRSERVE_ADMIN_TOKEN", None)
-    return subprocess.run(
-        [sys.executable, "-m", "fairserve", "top", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    state = {"XDG_STATE_HOME": str(home), "XDG_RUNTIME_DIR": str(home)}
+    return run_fairserve("top", *args, env=state, unset=("FAIRSERVE_ADMIN_TOKEN",), module=True)
 
 
 def test_nothing_running_exits_3(tmp_path: Path) -> None:
