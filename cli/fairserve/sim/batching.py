@@ -10,9 +10,10 @@ batch through their methods and starts the slots it admits in the running batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import ceil
 from typing import Protocol
 
-from fairserve.core.types import Request
+from fairserve.core.types import TOKEN_BYTES, Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
 from fairserve.sim.engine_types import EngineConfig, EngineStats
 from fairserve.sim.kvpool import KVPool, Slot
@@ -129,12 +130,13 @@ class BatchFormer:
         # was refused, a request needing at least ``c`` without any lock is refused without
         # touching the tree.
         refused_need = [pool.capacity_tokens + 1]
-        reservation = pool.reservation
+        ratio = pool.reserve_output_ratio  # fixed while a batch forms
+        cached_prefix, get_match = pool.cached_prefix, matches.get
 
         def match_len(req: Request) -> int:
-            cached = matches.get(id(req))
+            cached = get_match(id(req))
             if cached is None:
-                cached = matches[id(req)] = pool.cached_prefix(req)
+                cached = matches[id(req)] = cached_prefix(req)
             return cached
 
         def answer(req: Request) -> Answer:
@@ -144,13 +146,18 @@ class BatchFormer:
                 # 0 refuses even an empty extend): every later answer would be a refusal
                 # without side effects, so the decision ends here (EXHAUSTED's contract).
                 return EXHAUSTED
-            reserve = reservation(req)
-            if chunked and reserve + 1 >= refused_need[0] and req.prompt_key:
+            remaining = req.max_output_tokens - req.output_tokens
+            reserve = ceil(ratio * remaining) if remaining > 0 else 0  # pool.reservation
+            key = req.prompt_key
+            if chunked and reserve + 1 >= refused_need[0] and key:
                 # needs at least one prompt token besides its reservation: refused below
                 # without a lock whatever its match (the same answer, without matching)
                 batch.refused.add(id(req))
                 return NO_FIT
-            extend = req.input_tokens - match_len(req) + req.output_tokens
+            matched = get_match(id(req))
+            if matched is None:
+                matched = match_len(req)
+            extend = len(key) // TOKEN_BYTES - matched + req.output_tokens
             if not chunked and extend > budget and batch.chunks:
                 return NO_FIT  # the budget frees up next step: not a memory refusal
             slot = None
