@@ -282,23 +282,10 @@ def _table(
     title: str | None = None,
     show_header: bool = True,
 ) -> Table:
-    from rich.box import SIMPLE_HEAD
-    from rich.table import Table
+    """The CLI's report table; an error's first message is the one text column."""
+    from fairserve.tuning.render import table
 
-    table = Table(
-        title=title,
-        title_justify="left",
-        show_header=show_header,
-        box=SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    table.add_column(headers[0], no_wrap=True, style="bold" if not show_header else None)
-    for header in headers[1:]:
-        table.add_column(header, justify="right" if header != "first message" else "left")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    return table(headers, rows, title=title, show_header=show_header, text=("first message",))
 
 
 def _num(value: float | None, digits: int) -> str:

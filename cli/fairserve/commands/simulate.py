@@ -379,33 +379,11 @@ def _table(
     show_header: bool = True,
     wrap: bool = False,
 ) -> Table:
-    """Names on the left (kept at full width up to 24 characters), then numbers on the right
-    or, with ``wrap``, text that wraps."""
-    from rich.box import SIMPLE_HEAD
-    from rich.table import Table
+    """The CLI's report table; ``wrap``: every column after the names holds text."""
+    from fairserve.tuning.render import table
 
-    table = Table(
-        title=title,
-        caption=caption,
-        title_justify="left",
-        caption_justify="left",
-        show_header=show_header,
-        box=SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    names = [len(headers[0]), *(len(row[0]) for row in rows)]
-    table.add_column(
-        headers[0],
-        no_wrap=True,
-        min_width=min(max(names), 24),
-        style="bold" if not show_header else None,
-    )
-    for header in headers[1:]:
-        table.add_column(header, justify="left" if wrap else "right", no_wrap=not wrap)
-    for row in rows:
-        table.add_row(*row)
-    return table
+    text = headers[1:] if wrap else ()
+    return table(headers, rows, title=title, caption=caption, show_header=show_header, text=text)
 
 
 def _best(text: str, is_best: bool) -> str:

@@ -7,7 +7,7 @@ it draws; rich itself is imported inside the functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -256,7 +256,11 @@ def table(
     title: str | None = None,
     caption: str | None = None,
     show_header: bool = True,
+    text: Collection[str] = ("why", "value", ""),
 ) -> Table:
+    """The one table of the CLI's reports (``tune``, ``simulate``, ``bench``): names on the
+    left (kept at full width up to 24 characters), numbers on the right and never wrapped
+    (a cut number misleads), the columns named in ``text`` left-aligned and wrapping."""
     from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
@@ -268,10 +272,18 @@ def table(
         show_header=show_header,
         box=SIMPLE_HEAD,
         pad_edge=False,
+        collapse_padding=True,
     )
-    out.add_column(headers[0], no_wrap=True, style=None if show_header else "bold")
+    names = [len(headers[0]), *(len(row[0]) for row in rows)]
+    out.add_column(
+        headers[0],
+        no_wrap=True,
+        min_width=min(max(names), 24),
+        style=None if show_header else "bold",
+    )
     for header in headers[1:]:
-        out.add_column(header, justify="left" if header in ("why", "value", "") else "right")
+        is_text = header in text
+        out.add_column(header, justify="left" if is_text else "right", no_wrap=not is_text)
     for row in rows:
         out.add_row(*row)
     return out
