@@ -322,6 +322,7 @@ class FrontConnection(asyncio.Protocol):
         try:
             handlers.check_open(router)
             call = handlers.prepare_call(router, route, headers, raw)
+            del headers, raw  # not held for the whole answer (memory per request in flight)
             await proxy.serve(router, call, self)
         except ApiError as exc:
             self._error(exc, close=router.draining)  # draining: no more requests here
