@@ -47,14 +47,9 @@ def bench(
     ],
     workload: Annotated[
         str,
-        typer.Option(
-            "--workload",
-            "-w",
-            metavar="NAME|FILE",
-            autocompletion=opts.complete_workload,
-            help="Built-in workload name (see fairserve simulate --list-workloads), a "
-            "workload TOML file or a trace (.jsonl).",
-            show_default=False,
+        opts.workload_option(
+            "Built-in workload name (see fairserve simulate --list-workloads), a "
+            "workload TOML file or a trace (.jsonl)."
         ),
     ],
     duration_s: Annotated[

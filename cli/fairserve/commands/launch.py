@@ -80,12 +80,7 @@ def launch(
     ] = None,
     profile: Annotated[
         str | None,
-        typer.Option(
-            "--profile",
-            metavar="NAME|FILE",
-            autocompletion=opts.complete_profile,
-            help="Sim workers' batch-time profile: a name or a TOML file.",
-        ),
+        opts.profile_option("Sim workers' batch-time profile: a name or a TOML file."),
     ] = None,
     clients: Annotated[
         str | None,

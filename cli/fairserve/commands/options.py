@@ -47,6 +47,26 @@ def complete_profile(incomplete: str) -> list[str]:
     return [name for name in names if name.startswith(incomplete)]
 
 
+def workload_option(help_text: str) -> Any:
+    """``--workload/-w NAME|FILE``: a built-in workload (completed by name) or a file; the
+    commands that take one differ only in what they say it is for."""
+    return typer.Option(
+        "--workload",
+        "-w",
+        metavar="NAME|FILE",
+        help=help_text,
+        autocompletion=complete_workload,
+        show_default=False,
+    )
+
+
+def profile_option(help_text: str) -> Any:
+    """``--profile NAME|FILE``: a shipped batch-time profile (completed by name) or a file."""
+    return typer.Option(
+        "--profile", metavar="NAME|FILE", help=help_text, autocompletion=complete_profile
+    )
+
+
 ReportJson = Annotated[bool, typer.Option("--json", help="Print one JSON report object.")]
 """``--json`` of the commands that print a DESIGN §7 report (simulate, bench)."""
 

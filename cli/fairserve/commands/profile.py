@@ -227,14 +227,7 @@ def show(
     ],
     workload: Annotated[
         str | None,
-        typer.Option(
-            "--workload",
-            "-w",
-            help="Built-in workload name or workload file: check the stability bound.",
-            metavar="NAME|FILE",
-            autocompletion=opts.complete_workload,
-            show_default=False,
-        ),
+        opts.workload_option("Built-in workload name or workload file: check the stability bound."),
     ] = None,
     workers: Annotated[
         int, typer.Option(min=1, help="Workers sharing the workload (capacity x workers).")

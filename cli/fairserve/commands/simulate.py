@@ -39,13 +39,8 @@ if TYPE_CHECKING:
 def simulate(
     workload: Annotated[
         str | None,
-        typer.Option(
-            "--workload",
-            "-w",
-            help="Built-in workload name (see --list-workloads) or a workload TOML file.",
-            metavar="NAME|FILE",
-            autocompletion=opts.complete_workload,
-            show_default=False,
+        opts.workload_option(
+            "Built-in workload name (see --list-workloads) or a workload TOML file."
         ),
     ] = None,
     policy: Annotated[
@@ -75,11 +70,7 @@ def simulate(
     ] = None,
     profile: Annotated[
         str,
-        typer.Option(
-            metavar="NAME|FILE",
-            autocompletion=opts.complete_profile,
-            help="Batch-time profile: a name in profiles/ or a profile TOML file.",
-        ),
+        opts.profile_option("Batch-time profile: a name in profiles/ or a profile TOML file."),
     ] = DEFAULT_PROFILE,
     batching: Annotated[
         str,

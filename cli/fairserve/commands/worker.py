@@ -48,12 +48,7 @@ def worker(
     ] = None,
     profile: Annotated[
         str,
-        typer.Option(
-            "--profile",
-            metavar="NAME|FILE",
-            autocompletion=opts.complete_profile,
-            help="Batch-time profile: a shipped name or a TOML file.",
-        ),
+        opts.profile_option("Batch-time profile: a shipped name or a TOML file."),
     ] = DEFAULT_PROFILE,
     batching: Annotated[
         str,
