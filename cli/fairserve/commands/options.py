@@ -67,6 +67,15 @@ def profile_option(help_text: str) -> Any:
     )
 
 
+def plot_option(help_text: str) -> Any:
+    """``--plot FILE``: a PNG to write (matplotlib, the plot extra); what it shows is the
+    command's."""
+    return typer.Option(help=help_text, dir_okay=False, show_default=False)
+
+
+JsonOutput = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+"""``--json`` of the commands that print one JSON object (status, profile, tune)."""
+
 ReportJson = Annotated[bool, typer.Option("--json", help="Print one JSON report object.")]
 """``--json`` of the commands that print a DESIGN §7 report (simulate, bench)."""
 
@@ -77,10 +86,8 @@ WorkloadSeed = Annotated[
 
 ReportPlot = Annotated[
     Path | None,
-    typer.Option(
-        help="Write service rate and response time over time to this PNG (needs the plot extra).",
-        dir_okay=False,
-        show_default=False,
+    plot_option(
+        "Write service rate and response time over time to this PNG (needs the plot extra)."
     ),
 ]
 """``--plot`` of the commands that print a DESIGN §7 report (simulate, bench)."""

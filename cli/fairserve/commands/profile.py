@@ -39,13 +39,10 @@ app = typer.Typer(
     no_args_is_help=False,
 )
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 PlotOption = Annotated[
     Path | None,
-    typer.Option(
-        help="Write the measurements against the fitted model to this PNG (needs the plot extra).",
-        dir_okay=False,
-        show_default=False,
+    opts.plot_option(
+        "Write the measurements against the fitted model to this PNG (needs the plot extra)."
     ),
 ]
 
@@ -72,7 +69,7 @@ def measure(
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
-    json_output: JsonOption = False,
+    json_output: opts.JsonOutput = False,
     plot: PlotOption = None,
     timing: Annotated[
         str,
@@ -232,7 +229,7 @@ def show(
     workers: Annotated[
         int, typer.Option(min=1, help="Workers sharing the workload (capacity x workers).")
     ] = 1,
-    json_output: JsonOption = False,
+    json_output: opts.JsonOutput = False,
 ) -> None:
     """Print a profile: coefficients, capacity in tokens/s and the stability load bound.
 

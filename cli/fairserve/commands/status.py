@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fairserve.commands import options as opts
 from fairserve.commands.errors import ExitCode
 from fairserve.commands.output import Output
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def status(
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_output: opts.JsonOutput = False,
     url: Annotated[
         str | None,
         typer.Option("--url", help="A router to ask instead of the one in the run file."),

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, help="Tune the fairness quantum and client weights.")
 
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 Url = Annotated[
     str | None,
     typer.Option("--url", help="A router to talk to instead of the one in the run file."),
@@ -138,7 +137,7 @@ def quantum(
     ] = None,
     seed: WorkloadSeed = None,
     apply: Annotated[bool, _opt(SWEEP, "--apply", "Set the recommended quantum live.")] = False,
-    json_output: Json = False,
+    json_output: opts.JsonOutput = False,
     url: Url = None,
     token: Token = None,
 ) -> None:
@@ -200,7 +199,7 @@ def weight(
             "so a typo does not silently create a client).",
         ),
     ] = False,
-    json_output: Json = False,
+    json_output: opts.JsonOutput = False,
     url: Url = None,
     token: Token = None,
 ) -> None:
