@@ -67,6 +67,17 @@ def profile_option(help_text: str) -> Any:
     )
 
 
+ADMIN_TOKEN_ENV = "FAIRSERVE_ADMIN_TOKEN"
+"""Where every command takes the admin token from when the flag is not given (launch hands
+it to its router and workers the same way)."""
+
+
+def admin_token_option(flag: str, help_text: str) -> Any:
+    """``--admin-token`` (servers: the token they require) or ``--token`` (clients: the
+    token they send), both also read from :data:`ADMIN_TOKEN_ENV`."""
+    return typer.Option(flag, envvar=ADMIN_TOKEN_ENV, help=help_text)
+
+
 def plot_option(help_text: str) -> Any:
     """``--plot FILE``: a PNG to write (matplotlib, the plot extra); what it shows is the
     command's."""

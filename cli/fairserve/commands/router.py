@@ -82,10 +82,9 @@ def router(
     ] = None,
     admin_token: Annotated[
         str | None,
-        typer.Option(
+        opts.admin_token_option(
             "--admin-token",
-            envvar="FAIRSERVE_ADMIN_TOKEN",
-            help="Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.",
+            "Token for admin writes (PUT /fairserve/v1/quantum); without it they are off.",
         ),
     ] = None,
     trust_identity_header: opts.TrustIdentityHeader = False,

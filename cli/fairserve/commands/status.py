@@ -28,7 +28,7 @@ def status(
     ] = None,
     token: Annotated[
         str | None,
-        typer.Option("--token", envvar="FAIRSERVE_ADMIN_TOKEN", help="The router's admin token."),
+        opts.admin_token_option("--token", "The router's admin token."),
     ] = None,
 ) -> None:
     """Show what is running: router URL, policy, dispatch, quanta and every worker.

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from fairserve.commands import options as opts
 from fairserve.commands.errors import ExitCode
 
 
@@ -34,10 +35,8 @@ def top(
     ] = None,
     token: Annotated[
         str | None,
-        typer.Option(
-            "--token",
-            envvar="FAIRSERVE_ADMIN_TOKEN",
-            help="The router's admin token (needed by the quantum keys).",
+        opts.admin_token_option(
+            "--token", "The router's admin token (needed by the quantum keys)."
         ),
     ] = None,
     interval: Annotated[

@@ -44,11 +44,7 @@ Url = Annotated[
 ]
 Token = Annotated[
     str | None,
-    typer.Option(
-        "--token",
-        envvar="FAIRSERVE_ADMIN_TOKEN",
-        help="The router's admin token (default: the run file's).",
-    ),
+    opts.admin_token_option("--token", "The router's admin token (default: the run file's)."),
 ]
 LIVE, AUTO, SWEEP = "Live", "Auto-tune (--auto)", "Sweep (--sweep)"
 

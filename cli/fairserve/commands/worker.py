@@ -76,14 +76,11 @@ def worker(
     ] = None,
     admin_token: Annotated[
         str | None,
-        typer.Option(
+        opts.admin_token_option(
             "--admin-token",
-            envvar="FAIRSERVE_ADMIN_TOKEN",
-            help=(
-                "Require 'Authorization: Bearer TOKEN' for writes (quantum, weights; "
-                "/abort_request and /flush_cache beyond loopback). Without a token, writes "
-                "are accepted only while --host is a loopback address."
-            ),
+            "Require 'Authorization: Bearer TOKEN' for writes (quantum, weights; "
+            "/abort_request and /flush_cache beyond loopback). Without a token, writes "
+            "are accepted only while --host is a loopback address.",
         ),
     ] = None,
 ) -> None:
