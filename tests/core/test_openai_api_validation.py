@@ -148,15 +148,16 @@ def test_lone_surrogates_are_refused_wherever_text_is_used() -> None:
 
 
 def test_the_context_check_names_the_limit_and_what_was_asked() -> None:
-    # "hello there": 11 bytes, three 4-byte key units: an estimate of 3 prompt tokens.
+    # "hello there": the router does not count a text prompt's tokens (3 key units is an
+    # estimate), so it refuses only what even a one-token prompt could not fit.
     spec = parse_completion(_completion(max_tokens=100), NO_HEADERS)
-    check_context(spec, 103)
+    check_context(spec, 101)
     check_context(spec, None)  # unknown: nothing to check
-    message = _refused(check_context, spec, 102)
+    message = _refused(check_context, spec, 100)
     assert message == (
-        "This model's maximum context length is 102 tokens. However, you requested 103 "
-        "tokens (3 in the prompt, 100 for the completion). Please reduce the length of the "
-        "prompt or of the completion (max_tokens)."
+        "This model's maximum context length is 100 tokens. However, you requested at least "
+        "101 tokens (at least 1 in the prompt, 100 for the completion). Please reduce the "
+        "length of the prompt or of the completion (max_tokens)."
     )
     # A worker checks with its own count of the prompt's tokens (here 2 words).
     check_context(spec, 102, prompt_tokens=2)

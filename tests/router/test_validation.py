@@ -47,7 +47,8 @@ def test_a_request_beyond_the_context_is_refused_by_the_router_within_50_ms() ->
                 assert status == 400, answer
                 assert answer["error"]["message"].startswith(
                     f"This model's maximum context length is {CONTEXT_TOKENS} tokens. However,"
-                    f" you requested {CONTEXT_TOKENS + 3} tokens (3 in the prompt, "  # estimated
+                    f" you requested at least {CONTEXT_TOKENS + 1} tokens (at least 1 in the"
+                    " prompt, "  # a text prompt's tokens are the worker's to count
                 )
                 elapsed.append(elapsed_s)
             assert statistics.median(elapsed) < 0.05, elapsed
@@ -58,6 +59,23 @@ def test_a_request_beyond_the_context_is_refused_by_the_router_within_50_ms() ->
                 session, "/v1/completions", json.dumps({**fits, "max_tokens": 3}).encode()
             )
             assert status == 200, answer
+
+    run(body())
+
+
+def test_a_text_prompt_the_worker_would_take_is_not_refused_on_the_routers_estimate() -> None:
+    # "hello world" is 2 tokens to the worker and 3 key units (11 bytes) to the router: at
+    # the limit by the worker's count, the router must pass it on, not refuse it on a guess.
+    async def body() -> None:
+        async with sim_router(count=1) as (_, session, _):
+            data = json.dumps({"prompt": "hello world", "max_tokens": CONTEXT_TOKENS - 2})
+            status, answer, _ = await _post_raw(session, "/v1/completions", data.encode())
+            assert status == 200, answer
+            assert answer["usage"]["prompt_tokens"] == 2
+            over = json.dumps({"prompt": "hello world", "max_tokens": CONTEXT_TOKENS - 1})
+            status, answer, _ = await _post_raw(session, "/v1/completions", over.encode())
+            assert status == 400, answer  # the worker's exact count refuses it
+            assert "(2 in the prompt" in answer["error"]["message"]
 
     run(body())
 

@@ -46,6 +46,8 @@ MAX_TOKEN_ID = 2**32 - 1
 MAX_OUTPUT_TOKENS = 2**31 - 1
 """The most output tokens a request may ask for whatever the model (the context check,
 :func:`check_context`, is usually far stricter)."""
+MIN_TEXT_PROMPT_TOKENS = 1
+"""What a text prompt certainly costs before a tokenizer counts it (it is never empty)."""
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in a body (generation bodies nest a few
 levels; tools' JSON schemas a few more)."""
@@ -220,20 +222,26 @@ def check_context(
     (``None``: unknown, nothing to check), with the message vLLM and SGLang give.
 
     ``prompt_tokens``: the prompt's tokens where the caller counted them (a worker, with its
-    tokenizer); by default the spec's own count, estimated for text (the router: 4 UTF-8
-    bytes per token, near the count of byte-pair tokenizers on English). Where the estimate
-    runs over a worker's count, a text prompt that close to the limit is refused by the
-    router though the worker would take it."""
+    tokenizer). Without a count, token ids are counted exactly, but a text prompt's tokens
+    are unknown (the router keys text by bytes and estimates, :mod:`fairserve.core.prefix_key`)
+    and the check uses the one certain bound, one token: the router refuses only what no
+    tokenizer could fit (an output as long as the context), and a prompt near the limit is
+    left to the worker's exact count, whose 400 the router passes on. Refusing on the
+    estimate would refuse prompts the model takes."""
     if context_tokens is None:
         return
-    prompt = spec.prompt_tokens if prompt_tokens is None else prompt_tokens
+    if prompt_tokens is not None or spec.prompt_text is None:
+        prompt = spec.prompt_tokens if prompt_tokens is None else prompt_tokens
+        at_least = ""
+    else:
+        prompt, at_least = MIN_TEXT_PROMPT_TOKENS, "at least "
     total = prompt + spec.max_new_tokens
     if total > context_tokens:
         raise bad_request(
             f"This model's maximum context length is {context_tokens} tokens. However, you "
-            f"requested {total} tokens ({prompt} in the prompt, {spec.max_new_tokens} for "
-            f"the completion). Please reduce the length of the prompt or of the completion "
-            f"({spec.max_tokens_field})."
+            f"requested {at_least}{total} tokens ({at_least}{prompt} in the prompt, "
+            f"{spec.max_new_tokens} for the completion). Please reduce the length of the "
+            f"prompt or of the completion ({spec.max_tokens_field})."
         )
 
 
