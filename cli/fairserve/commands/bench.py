@@ -147,18 +147,13 @@ async def _run_with_bar(
     url: str, workload: Workload, options: BenchOptions, out: Output
 ) -> BenchResult:
     """The run with a transient rich progress bar on stderr (time, sent, ok, failed)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from fairserve.bench import ProgressInfo, run_workload
+    from fairserve.tuning.render import progress_bar
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} s  {task.fields[counts]}"),
-        TimeElapsedColumn(),
-        console=Console(file=out.stderr),
-        transient=True,
+    progress = progress_bar(
+        out.stderr,
+        "{task.description}",
+        "{task.completed:.0f}/{task.total:.0f} s  {task.fields[counts]}",
     )
     total_s = options.duration_s or workload.duration_s
     task = progress.add_task(workload.name, total=total_s, counts="")

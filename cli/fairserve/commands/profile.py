@@ -185,16 +185,10 @@ def _run_sweep(url: str, options: SweepOptions, output: Output, show_bars: bool)
 
     if not show_bars:
         return sweep(url, options)
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from fairserve.tuning.render import progress_bar
 
-    progress = Progress(
-        TextColumn("profiling"),
-        BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} {task.description}"),
-        TimeElapsedColumn(),
-        console=Console(file=output.stderr),
-        transient=True,
+    progress = progress_bar(
+        output.stderr, "profiling", "{task.completed:.0f}/{task.total:.0f} {task.description}"
     )
     with progress:
         task = progress.add_task("connecting", total=1)

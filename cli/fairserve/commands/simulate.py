@@ -246,16 +246,10 @@ def _run_all(
     stderr (the simulator calls back every few hundred events, so updates stay cheap)."""
     if not bars:
         return [bench.run(config) for config in configs]
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from fairserve.tuning.render import progress_bar
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} simulated s"),
-        TimeElapsedColumn(),
-        console=Console(file=out.stderr),
-        transient=True,
+    progress = progress_bar(
+        out.stderr, "{task.description}", "{task.completed:.0f}/{task.total:.0f} simulated s"
     )
     results = []
     with progress:

@@ -1,5 +1,8 @@
 """How ``fairserve tune`` looks on a terminal: rich tables, the live decision log, progress.
 
+:func:`table` and :func:`progress_bar` are also the report table and the progress bar of
+``simulate``, ``bench`` and ``profile``: one look for every command's reports and runs.
+
 Kept apart from the logic (which never imports rich) and imported by the command only when
 it draws; rich itself is imported inside the functions.
 """
@@ -184,16 +187,8 @@ class SweepProgress:
 
     def __enter__(self) -> SweepProgress:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("sweep"),
-                BarColumn(),
-                TextColumn("{task.fields[run]}/{task.fields[runs]} settings"),
-                TimeElapsedColumn(),
-                console=Console(file=self.stream),
-                transient=True,
+            self._progress = progress_bar(
+                self.stream, "sweep", "{task.fields[run]}/{task.fields[runs]} settings"
             )
             self._progress.start()
             total = self.runs * self.span_s
@@ -287,6 +282,23 @@ def table(
     for row in rows:
         out.add_row(*row)
     return out
+
+
+def progress_bar(stream: TextIO, label: str, counter: str) -> Progress:
+    """The one progress bar of the CLI's long runs (tune's sweep, simulate, bench, profile):
+    ``label``, the bar, ``counter`` (rich ``TextColumn`` templates) and the time elapsed, on
+    ``stream`` (stderr: stdout carries only data), gone once the run ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        TextColumn(counter),
+        TimeElapsedColumn(),
+        console=Console(file=stream),
+        transient=True,
+    )
 
 
 def num(value: object, digits: int = 0) -> str:
