@@ -74,10 +74,7 @@ def launch(
     quantum: Annotated[
         float | None, typer.Option("--quantum", help="Local quantum Q^u (workers' policy).")
     ] = None,
-    worker_quantum: Annotated[
-        float | None,
-        typer.Option("--worker-quantum", help="Dispatcher quantum Q^w (doubleq; inf ok)."),
-    ] = None,
+    worker_quantum: opts.WorkerQuantum = None,
     profile: Annotated[
         str | None,
         opts.profile_option("Sim workers' batch-time profile: a name or a TOML file."),

@@ -142,6 +142,10 @@ def _check_router_queue(value: str) -> str:
     return value
 
 
+WorkerQuantum = Annotated[
+    float | None,
+    typer.Option("--worker-quantum", help="Dispatcher quantum Q^w (doubleq; inf ok)."),
+]
 QueueCap = Annotated[
     int, typer.Option("--queue-cap", min=1, help="Requests one client may have in the router.")
 ]

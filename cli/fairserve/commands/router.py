@@ -67,10 +67,7 @@ def router(
             help="Local quantum Q^u: router-side queues, and forwarded to fairserve workers.",
         ),
     ] = None,
-    worker_quantum: Annotated[
-        float | None,
-        typer.Option("--worker-quantum", help="Dispatcher quantum Q^w (doubleq; inf ok)."),
-    ] = None,
+    worker_quantum: opts.WorkerQuantum = None,
     clients: Annotated[
         str | None,
         typer.Option(
