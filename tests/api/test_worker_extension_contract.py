@@ -61,6 +61,9 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+AUTH = bearer(TOKEN)
+
+
 @contextmanager
 def sim_worker(token: str | None) -> Iterator[Served]:
     """A real simulated worker on 127.0.0.1, its event loop in a thread."""
@@ -109,7 +112,8 @@ def test_reads_have_the_shared_shapes(served: Served) -> None:
     assert call(served.url + paths.WORKER_QUANTUM) == (200, {"policy": "dlpm", "quantum": 100})
     assert call(served.url + paths.WORKER_WEIGHTS) == (200, {"policy": "dlpm", "weights": {}})
     empty = {"next": 0, "events": [], "dropped": False}
-    assert call(served.url + paths.WORKER_EVICTIONS + "?since=0&limit=5") == (200, empty)
+    feed = served.url + paths.WORKER_EVICTIONS + "?since=0&limit=5"
+    assert call(feed, headers=bearer(TOKEN)) == (200, empty)
 
 
 def test_every_route_of_the_table_is_served(served: Served) -> None:
@@ -149,6 +153,14 @@ def test_writes_need_the_admin_token(served: Served, path: str, change: dict[str
     assert call(served.url + path) == before  # nothing changed
     status, after = call(served.url + path, "PUT", change, bearer(TOKEN))
     assert status == 200 and after != before[1]
+
+
+def test_the_eviction_feed_needs_the_admin_token(served: Served) -> None:
+    """The feed carries other tenants' prompts (text blocks or token ids): with a token set,
+    only the router (which holds it) may read it."""
+    url = served.url + paths.WORKER_EVICTIONS + "?since=0&limit=5"
+    assert [call(url, headers=h)[0] for h in ({}, bearer("wrong"))] == [401, 403]
+    assert call(url, headers=bearer(TOKEN)) == (200, {"next": 0, "events": [], "dropped": False})
 
 
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS)
@@ -211,7 +223,7 @@ def test_an_oversized_body_is_413(served: Served) -> None:
 
 def test_bad_eviction_cursors_are_400(served: Served) -> None:
     for query, words in (("since=-1", "since"), ("since=x", "since"), ("limit=0", "limit")):
-        status, body = call(served.url + paths.WORKER_EVICTIONS + "?" + query)
+        status, body = call(served.url + paths.WORKER_EVICTIONS + "?" + query, None, None, AUTH)
         assert status == 400 and words in body["error"]["message"], query
 
 
@@ -230,7 +242,8 @@ SCRIPT: list[tuple[str, str, Any, dict[str, str]]] = [
     ("PUT", paths.WORKER_WEIGHTS, {"weight": 4}, bearer(TOKEN)),
     ("GET", paths.WORKER_WEIGHTS, None, {}),
     ("GET", paths.WORKER_EVICTIONS + "?since=3&limit=2", None, {}),
-    ("GET", paths.WORKER_EVICTIONS + "?limit=-2", None, {}),
+    ("GET", paths.WORKER_EVICTIONS + "?since=3&limit=2", None, bearer(TOKEN)),
+    ("GET", paths.WORKER_EVICTIONS + "?limit=-2", None, bearer(TOKEN)),
 ]
 
 
@@ -244,5 +257,5 @@ def test_both_hosts_answer_one_script_identically() -> None:
             ]
     assert transcripts["sim"] == transcripts["sglang"]
     assert [status for status, _ in transcripts["sim"]] == [
-        200, 401, 403, 200, 400, 400, 200, 401, 200, 400, 400, 200, 200, 400,
+        200, 401, 403, 200, 400, 400, 200, 401, 200, 400, 400, 200, 401, 200, 400,
     ]  # fmt: skip

@@ -108,10 +108,11 @@ def test_evictions_feed(served: tuple[PolicyHost, str]) -> None:
     host, url = served
     for tokens in ([1, 2], [3], []):
         host.evictions.append(tokens)
-    status, page = call(url + "/fairserve/worker/evictions?since=1&limit=1")
+    assert call(url + "/fairserve/worker/evictions?since=1&limit=1")[0] == 401  # others' prompts
+    status, page = call(url + "/fairserve/worker/evictions?since=1&limit=1", token=TOKEN)
     assert status == 200
     assert page == {"next": 2, "events": [{"seq": 1, "tokens": [3]}], "dropped": False}
-    status, body = call(url + "/fairserve/worker/evictions?since=x")
+    status, body = call(url + "/fairserve/worker/evictions?since=x", token=TOKEN)
     assert status == 400 and "since" in body["error"]["message"]
 
 

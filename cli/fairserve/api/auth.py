@@ -10,7 +10,8 @@ Writes (``PUT`` of quanta and weights; on a worker also ``/abort_request`` and
   processes reach it: a developer's single-machine setup); a server that listens beyond
   loopback refuses them with **403** (anyone on the network could reach it). The router
   refuses writes without a token wherever it listens (``open_when_unset=False``);
-* reads (state, quantum, weights, evictions) stay open.
+* reads (state, quantum, weights) stay open; a worker's eviction feed, which carries the
+  prefixes of every tenant's prompts, follows the write rule (the router sends the token).
 
 Errors are :class:`~fairserve.core.openai_api.ApiError`, which every server answers in the
 OpenAI error shape (``authentication_error`` for 401, ``permission_error`` for 403).

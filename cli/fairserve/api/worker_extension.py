@@ -186,6 +186,10 @@ ROUTES: dict[tuple[str, str], Handler] = {
 
 PATHS = frozenset(path for _, path in ROUTES)
 
+PRIVATE_READS = frozenset({("GET", paths.WORKER_EVICTIONS)})
+"""Reads under the admin rule too: the eviction feed carries the prefixes of every tenant's
+prompts (text blocks or token ids), which only the router, holding the token, may follow."""
+
 
 def handle(request: ExtensionRequest, host: ExtensionHost, rule: AdminRule) -> tuple[int, Any]:
     """``(status, JSON payload)`` for one request; client errors come back in the OpenAI
@@ -204,7 +208,7 @@ def dispatch(request: ExtensionRequest, host: ExtensionHost, rule: AdminRule) ->
         if path in PATHS:
             raise ApiError(405, f"{request.method} is not allowed on {path}")
         raise ApiError(404, f"no such endpoint: {path}")
-    if request.method != "GET":
+    if request.method != "GET" or (request.method, path) in PRIVATE_READS:
         rule.check(request.headers)
     try:
         return handler(request, host)

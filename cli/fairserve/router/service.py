@@ -386,7 +386,11 @@ class Router:
             if up.healthy and up.extension:
                 try:
                     await poll_evictions(
-                        self.session, up, self.dispatcher.on_evict, self.config.health_timeout_s
+                        self.session,
+                        up,
+                        self.dispatcher.on_evict,
+                        self.config.health_timeout_s,
+                        self.config.admin_token,
                     )
                 except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
                     log.debug("eviction poll of %s failed: %s", up.url, exc)

@@ -192,9 +192,15 @@ EvictionSink = Callable[[str, bytes], None]
 
 
 async def poll_evictions(
-    session: aiohttp.ClientSession, up: Upstream, sink: EvictionSink, timeout_s: float
+    session: aiohttp.ClientSession,
+    up: Upstream,
+    sink: EvictionSink,
+    timeout_s: float,
+    admin_token: str | None = None,
 ) -> int:
-    """Follow ``up``'s eviction feed from its cursor; returns the events applied.
+    """Follow ``up``'s eviction feed from its cursor (with the admin token: the feed carries
+    tenants' prompts, so a worker with a token shows it to the router only); returns the
+    events applied.
 
     ``dropped`` (the router fell behind, or the worker restarted) means the router's view
     of this worker's cache is stale: forget it (``sink(url, b"")``)."""
@@ -203,7 +209,7 @@ async def poll_evictions(
     while True:
         query = f"since={up.eviction_cursor}&limit={EVICTION_PAGE}"
         url = f"{up.extension_base}{paths.WORKER_EVICTIONS}?{query}"
-        async with session.get(url, timeout=timeout) as resp:
+        async with session.get(url, timeout=timeout, headers=admin_headers(admin_token)) as resp:
             if resp.status == 404:
                 up.extension = False
                 return applied
