@@ -25,7 +25,6 @@ upstream learns that nobody reads any more.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import ssl
 import time
@@ -334,6 +333,7 @@ def header_value(value: str) -> bytes | None:
     not Latin-1): the worker still gets the client in the body's ``routing_key``."""
     if not value.isprintable():
         return None
-    with contextlib.suppress(UnicodeEncodeError):
+    try:  # no context manager: this runs for every request
         return value.encode("latin-1")
-    return None
+    except UnicodeEncodeError:
+        return None

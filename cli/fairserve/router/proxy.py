@@ -175,11 +175,21 @@ _CLIENT_PREFIX = CLIENT_HEADER.encode() + b": "
 _APP_PREFIX = APP_HEADER.encode() + b": "
 
 
+_CLIENT_LINES_MAX = 4096
+_client_lines: dict[str, bytes] = {}
+"""Each recent client's header line, built once (emptied when full)."""
+
+
 def _identity_headers(call: Call) -> bytes:
     """``X-Fairserve-Client`` (and ``-App``) header lines; a name that cannot be a header
     value is left out (the body's ``routing_key`` carries the client anyway)."""
-    client = header_value(call.client)
-    lines = _CLIENT_PREFIX + client + b"\r\n" if client is not None else b""
+    lines = _client_lines.get(call.client)
+    if lines is None:
+        client = header_value(call.client)
+        lines = _CLIENT_PREFIX + client + b"\r\n" if client is not None else b""
+        if len(_client_lines) >= _CLIENT_LINES_MAX:
+            _client_lines.clear()
+        _client_lines[call.client] = lines
     if call.app is not None:
         app = header_value(call.app)
         if app is not None:
