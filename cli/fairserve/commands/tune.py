@@ -30,6 +30,7 @@ from fairserve.commands.options import WorkloadSeed, registry_option
 from fairserve.commands.output import Output
 from fairserve.core.defaults import DEFAULT_PROFILE
 from fairserve.core.errors import ConfigError, FairserveError
+from fairserve.tuning import defaults as tuner
 
 if TYPE_CHECKING:
     from fairserve.api.admin_client import AdminClient
@@ -79,14 +80,18 @@ def quantum(
     max_gap: Annotated[
         float | None, _opt(AUTO, "--max-gap", "Windowed service gap to stay under.", "TOKENS")
     ] = None,
-    min_quantum: Annotated[float, _opt(AUTO, "--min-quantum", "Lower bound.", shown=True)] = 64.0,
+    min_quantum: Annotated[
+        float, _opt(AUTO, "--min-quantum", "Lower bound.", shown=True)
+    ] = tuner.DEFAULT_MIN_QUANTUM,
     max_quantum: Annotated[
         float, _opt(AUTO, "--max-quantum", "Upper bound.", shown=True)
-    ] = 65536.0,
+    ] = tuner.DEFAULT_MAX_QUANTUM,
     max_step: Annotated[
         float, _opt(AUTO, "--max-step", "Largest factor of one step.", shown=True)
-    ] = 2.0,
-    max_steps: Annotated[int, _opt(AUTO, "--max-steps", "Most steps.", shown=True)] = 12,
+    ] = tuner.DEFAULT_STEP_FACTOR,
+    max_steps: Annotated[
+        int, _opt(AUTO, "--max-steps", "Most steps.", shown=True)
+    ] = tuner.DEFAULT_MAX_STEPS,
     window_s: Annotated[
         float, _opt(AUTO, "--window", "Seconds measured per step.", shown=True)
     ] = 10.0,

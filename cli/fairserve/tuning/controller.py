@@ -26,6 +26,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from fairserve.core.errors import ConfigError
+from fairserve.tuning.defaults import (
+    DEFAULT_MAX_QUANTUM,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_MIN_QUANTUM,
+    DEFAULT_STEP_FACTOR,
+)
 from fairserve.tuning.observe import Observation
 
 Action = Literal["raise", "lower", "hold", "settle", "stop"]
@@ -69,13 +75,13 @@ class Target:
 @dataclass(frozen=True, slots=True)
 class TunerConfig:
     target: Target
-    min_quantum: float = 64.0
-    max_quantum: float = 65536.0
-    step_factor: float = 2.0
+    min_quantum: float = DEFAULT_MIN_QUANTUM
+    max_quantum: float = DEFAULT_MAX_QUANTUM
+    step_factor: float = DEFAULT_STEP_FACTOR
     """The largest multiplicative change of one step."""
     resolution: float = 1.25
     """Settle when ``bad / good`` is at most this."""
-    max_steps: int = 12
+    max_steps: int = DEFAULT_MAX_STEPS
 
     def __post_init__(self) -> None:
         if not (0 < self.min_quantum < math.inf) or not (0 < self.max_quantum < math.inf):
