@@ -47,6 +47,7 @@ Token = Annotated[
     str | None,
     opts.admin_token_option("--token", "The router's admin token (default: the run file's)."),
 ]
+_GRID_TEXT = f"{tuner.SWEEP_GRID[0]:g}..{tuner.SWEEP_GRID[-1]:g}, x4"
 LIVE, AUTO, SWEEP = "Live", "Auto-tune (--auto)", "Sweep (--sweep)"
 
 
@@ -114,7 +115,7 @@ def quantum(
         ),
     ] = None,
     grid: Annotated[
-        str | None, _opt(SWEEP, "--grid", "Q^u values (default 128..524288, x4).", "Q,...")
+        str | None, _opt(SWEEP, "--grid", f"Q^u values (default {_GRID_TEXT}).", "Q,...")
     ] = None,
     worker_grid: Annotated[
         str | None, _opt(SWEEP, "--worker-grid", "Q^w values (inf ok).", "QW,...")
@@ -134,7 +135,12 @@ def quantum(
         ),
     ] = DEFAULT_PROFILE,
     duration_s: Annotated[
-        float | None, _opt(SWEEP, "--duration", "Simulated seconds per setting (default 60).")
+        float | None,
+        _opt(
+            SWEEP,
+            "--duration",
+            f"Simulated seconds per setting (default {tuner.SWEEP_DURATION_S:g}).",
+        ),
     ] = None,
     seed: WorkloadSeed = None,
     apply: Annotated[bool, _opt(SWEEP, "--apply", "Set the recommended quantum live.")] = False,
@@ -352,12 +358,12 @@ def _sweep(
         raise ConfigError("--sweep needs one of --trace FILE or --workload NAME|FILE")
     if duration_s is not None and not 0 < duration_s < math.inf:
         raise ConfigError(f"--duration: expected a positive number of seconds, got {duration_s}")
-    quanta = sweep.parse_grid(grid, "--grid") if grid else list(sweep.DEFAULT_GRID)
+    quanta = sweep.parse_grid(grid, "--grid") if grid else list(tuner.SWEEP_GRID)
     wq = sweep.parse_grid(worker_grid, "--worker-grid", allow_inf=True) if worker_grid else None
-    target = sweep.DEFAULT_TARGET_JAIN if target_jain is None else target_jain
+    target = tuner.SWEEP_TARGET_JAIN if target_jain is None else target_jain
     router = _connect_checked(url, token) if apply else None
     loaded = load_trace(trace) if trace is not None else resolve_workload(str(workload))
-    span = duration_s or min(sweep.DEFAULT_DURATION_S, loaded.duration_s)
+    span = duration_s or min(tuner.SWEEP_DURATION_S, loaded.duration_s)
     bench = Bench(loaded, resolve_profile(profile), workers=workers,
                   duration_s=span, seed=seed)  # fmt: skip
     settings = sweep.settings(quanta, wq)

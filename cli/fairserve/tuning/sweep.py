@@ -28,10 +28,6 @@ from fairserve.sched.registry import load_all
 from fairserve.sim.compare import Bench, RunSpec
 from fairserve.workloads.model import Workload
 
-DEFAULT_GRID = (128.0, 512.0, 2048.0, 8192.0, 32768.0, 131072.0, 524288.0)
-DEFAULT_DURATION_S = 60.0
-DEFAULT_TARGET_JAIN = 0.9
-
 Progress = Callable[[int, float, float], None]
 """(index of the run, simulated seconds done, simulated seconds in total)."""
 
