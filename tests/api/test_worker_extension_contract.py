@@ -223,7 +223,7 @@ def test_an_oversized_body_is_413(served: Served) -> None:
 
 def test_bad_eviction_cursors_are_400(served: Served) -> None:
     for query, words in (("since=-1", "since"), ("since=x", "since"), ("limit=0", "limit")):
-        status, body = call(served.url + paths.WORKER_EVICTIONS + "?" + query, None, None, AUTH)
+        status, body = call(served.url + paths.WORKER_EVICTIONS + "?" + query, "GET", None, AUTH)
         assert status == 400 and words in body["error"]["message"], query
 
 
