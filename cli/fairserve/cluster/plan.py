@@ -30,6 +30,7 @@ from fairserve.router.config import (
     DEFAULT_QUEUE_CAP,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_TOTAL_CAP,
     RouterConfig,
     check_url,
     load_clients,
@@ -71,6 +72,7 @@ class LaunchOptions:
     sglang_args: list[str] = field(default_factory=list)
     """Extra ``sglang.launch_server`` arguments (after ``--`` on the command line)."""
     queue_cap: int = DEFAULT_QUEUE_CAP
+    total_cap: int = DEFAULT_TOTAL_CAP
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     router_queue: str = "auto"
     max_outstanding_per_worker: int = DEFAULT_MAX_OUTSTANDING
@@ -215,6 +217,7 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         trace_path=options.record,
         extension_urls={s.url: s.extension_url for s in specs if s.extension_port is not None},
         queue_cap=options.queue_cap,
+        total_cap=options.total_cap,
         max_body_bytes=options.max_body_bytes,
         router_queue=options.router_queue,  # type: ignore[arg-type]  # the config checks it
         max_outstanding_per_worker=options.max_outstanding_per_worker,

@@ -28,6 +28,7 @@ from fairserve.router.config import DEFAULT_OUTLIER_FAILURES as DEFAULT_OUTLIER_
 from fairserve.router.config import DEFAULT_QUEUE_CAP as DEFAULT_QUEUE_CAP
 from fairserve.router.config import DEFAULT_REQUEST_TIMEOUT_S as DEFAULT_REQUEST_TIMEOUT_S
 from fairserve.router.config import DEFAULT_STALL_TIMEOUT_S as DEFAULT_STALL_TIMEOUT_S
+from fairserve.router.config import DEFAULT_TOTAL_CAP as DEFAULT_TOTAL_CAP
 from fairserve.router.config import ROUTER_QUEUE_MODES as ROUTER_QUEUE_MODES
 
 
@@ -148,6 +149,15 @@ WorkerQuantum = Annotated[
 ]
 QueueCap = Annotated[
     int, typer.Option("--queue-cap", min=1, help="Requests one client may have in the router.")
+]
+TotalCap = Annotated[
+    int,
+    typer.Option(
+        "--total-cap",
+        min=1,
+        help="Requests the router holds over all clients; at the cap a client holding its fair"
+        " share (cap / clients with requests held) gets 429.",
+    ),
 ]
 MaxBodyBytes = Annotated[
     int, typer.Option("--max-body-bytes", min=1, help="Largest request body accepted.")

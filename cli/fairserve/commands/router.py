@@ -94,6 +94,7 @@ def router(
         ),
     ] = False,
     queue_cap: opts.QueueCap = opts.DEFAULT_QUEUE_CAP,
+    total_cap: opts.TotalCap = opts.DEFAULT_TOTAL_CAP,
     max_body_bytes: opts.MaxBodyBytes = opts.DEFAULT_MAX_BODY_BYTES,
     router_queue: opts.RouterQueue = "auto",
     max_outstanding_per_worker: opts.MaxOutstandingPerWorker = opts.DEFAULT_MAX_OUTSTANDING,
@@ -143,6 +144,7 @@ def router(
         trust_identity_header=trust_identity_header,
         strict_model_names=strict_model_names,
         queue_cap=queue_cap,
+        total_cap=total_cap,
         max_body_bytes=max_body_bytes,
         router_queue=router_queue,  # type: ignore[arg-type]  # checked by the callback
         max_outstanding_per_worker=max_outstanding_per_worker,

@@ -108,6 +108,10 @@ class Accounting:
         """Idle clients dropped to stay within ``max_clients``."""
         self.max_request_cost = 0.0
         """Largest ``w_e·prompt + w_q·max_output`` seen: the ``U`` of the service-gap bound."""
+        self.held = 0
+        """Requests in the router now, over all clients (the router-wide cap counts them)."""
+        self.busy = 0
+        """Clients with at least one request in the router (the fair share divides by it)."""
 
     def client(self, name: str, now_s: float | None = None) -> ClientStats:
         stats = self.clients.get(name)
@@ -152,7 +156,10 @@ class Accounting:
         else:
             self.clients[client] = stats  # most recently seen last
         stats.requests += 1
+        if not stats.in_flight:
+            self.busy += 1
         stats.in_flight += 1
+        self.held += 1
         stats.pending_service += estimate
         if stats.first_s is None:
             stats.first_s = now_s
@@ -179,7 +186,7 @@ class Accounting:
         """A request left without a usage report (``failed``, ``aborted``, ``rejected``);
         what it delivered before stays credited."""
         stats = self.clients.get(client) or self.client(client)
-        stats.in_flight -= 1
+        self._left(stats)
         stats.pending_service = max(0.0, stats.pending_service - estimate)
         if outcome == "aborted":
             stats.aborted += 1
@@ -188,6 +195,17 @@ class Accounting:
         else:
             stats.failed += 1
         self.ledger.idle(client, time.monotonic())
+
+    def _left(self, stats: ClientStats) -> None:
+        """One of ``stats``' requests left the router."""
+        stats.in_flight -= 1
+        self.held -= 1
+        if not stats.in_flight:
+            self.busy -= 1
+
+    def fair_share(self, total_cap: int) -> float:
+        """The requests one busy client may hold when the router holds ``total_cap``."""
+        return total_cap / max(1, self.busy)
 
     def finished(
         self,
@@ -205,7 +223,7 @@ class Accounting:
         prompt = usage.prompt_tokens - credited.prompt_tokens
         output = usage.completion_tokens - credited.completion_tokens
         stats = self.clients.get(client) or self.client(client, now_s)
-        stats.in_flight -= 1
+        self._left(stats)
         stats.finished += 1
         stats.pending_service = max(0.0, stats.pending_service - estimate)
         stats.prompt_tokens += prompt

@@ -22,6 +22,10 @@ ROUTER_QUEUE_MODES: tuple[RouterQueueMode, ...] = ("auto", "on", "off")
 
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE_CAP = 1024
+DEFAULT_TOTAL_CAP = 4096
+"""Requests the router holds at once over all clients. Each held request costs about 13 KiB
+and two sockets; under sustained overload a router without this bound holds everything each
+client's cap allows (50 clients x 1024), and its memory grows with the backlog."""
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_OUTSTANDING = 32
 """Requests the router-side fair queue keeps in flight per stock worker: enough to fill a
@@ -74,6 +78,10 @@ class RouterConfig:
     """404 for a model name no worker serves even when only one model is served (by
     default one model answers to any name, as SGLang does)."""
     queue_cap: int = DEFAULT_QUEUE_CAP
+    total_cap: int = DEFAULT_TOTAL_CAP
+    """At this many requests held, a client holding its fair share (``total_cap`` / clients
+    with requests held) gets 429; one below its share is still admitted, so the router holds
+    at most about twice this and a flood cannot lock the others out."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     router_queue: RouterQueueMode = "auto"
     max_outstanding_per_worker: int = DEFAULT_MAX_OUTSTANDING
@@ -120,6 +128,7 @@ class RouterConfig:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port: expected 0..65535, got {self.port}")
         _positive_int("--queue-cap", self.queue_cap)
+        _positive_int("--total-cap", self.total_cap)
         _positive_int("--max-body-bytes", self.max_body_bytes)
         _positive_int("--max-outstanding-per-worker", self.max_outstanding_per_worker)
         _positive_int("--outlier-failures", self.outlier_failures)

@@ -125,6 +125,25 @@ def check_open(router: Router) -> None:
         raise ApiError(503, "the router is shutting down", headers={"Retry-After": "1"})
 
 
+def check_caps(router: Router, client: str, in_flight: int) -> None:
+    """429 for a client at its own cap, or holding its fair share while the router holds
+    ``total_cap`` requests (load shedding that keeps the router's memory flat under
+    sustained overload and falls on the clients holding the most)."""
+    config, acc = router.config, router.accounting
+    cap = config.queue_cap
+    if in_flight >= cap:
+        message = f"client {client!r} has {in_flight} requests in the router (the cap is {cap})"
+    elif acc.held >= config.total_cap and in_flight >= acc.fair_share(config.total_cap):
+        message = (
+            f"the router holds {acc.held} requests (the cap is {config.total_cap}) and client"
+            f" {client!r} has {in_flight}, its fair share or more"
+        )
+    else:
+        return
+    router.lifecycle.refuse(client)
+    raise ApiError(429, message + "; retry later", headers={"Retry-After": "1"})
+
+
 def prepare_call(router: Router, route: Route, headers: Mapping[str, str], raw: bytes) -> Call:
     """A generation request, validated, identified and counted, ready to queue and dispatch.
 
@@ -139,15 +158,8 @@ def prepare_call(router: Router, route: Route, headers: Mapping[str, str], raw: 
     check_context(spec, context_tokens(router))
     acc = router.accounting
     stats = acc.clients.get(client)  # a client not seen yet has nothing in the router
-    cap = config.queue_cap
-    if stats is not None and stats.in_flight >= cap:
-        router.lifecycle.refuse(client)
-        raise ApiError(
-            429,
-            f"client {client!r} has {stats.in_flight} requests in the router (the cap is {cap});"
-            " retry later",
-            headers={"Retry-After": "1"},
-        )
+    if stats is not None and stats.in_flight:
+        check_caps(router, client, stats.in_flight)
     now = time.monotonic()
     rid = upstream_rid(client, body.get("rid"))
     req = Request(
