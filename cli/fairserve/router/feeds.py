@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fairserve.core.types import Request
 from fairserve.router.accounting import NO_USAGE, Accounting, Usage
 from fairserve.router.lifecycle import Call, Subscriber
 from fairserve.router.metrics import RouterMetrics
@@ -17,6 +18,20 @@ from fairserve.workloads.trace import TraceWriter
 
 if TYPE_CHECKING:
     from fairserve.router.service import Router
+
+
+def cached_in_key_units(req: Request, usage: Usage) -> int:
+    """The worker's cache hits in the router's key units (what the dispatcher's and the fair
+    queue's charges count). A token-id prompt is counted alike on both sides; a text prompt's
+    units are the router's estimates (:mod:`fairserve.core.prefix_key`) while the worker
+    counts its real tokens, so the fraction of the prompt it found cached carries over (a
+    difference of the two counts would bill a full hit as a partial miss)."""
+    units, counted = req.input_tokens, usage.prompt_tokens
+    if counted == units:
+        return min(usage.cached_tokens, units)
+    if counted <= 0:
+        return 0
+    return min(units, round(units * usage.cached_tokens / counted))
 
 
 class LedgerFeed(Subscriber):
@@ -90,11 +105,11 @@ class WorkerFeed(Subscriber):
         req, up = call.req, router.upstreams[worker]
         up.in_flight -= 1
         if usage is not None:
-            req.cached_tokens = min(usage.cached_tokens, req.input_tokens)
+            req.cached_tokens = cached_in_key_units(req, usage)
             req.output_tokens = usage.completion_tokens
             router.dispatcher.on_finish(req, worker, usage.completion_tokens)
             if up.queue is not None:
-                up.queue.finish(req, usage.completion_tokens, usage.cached_tokens)
+                up.queue.finish(req, usage.completion_tokens, req.cached_tokens)
         else:
             router.dispatcher.on_abort(req, worker)
             if up.queue is not None:
