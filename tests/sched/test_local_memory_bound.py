@@ -14,7 +14,7 @@ bound.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -58,7 +58,7 @@ class MixedSizes:
         big = (self.small_input * self.factor, self.small_output * self.factor)
         return {"small": (self.small_input, self.small_output), "big": big}
 
-    def top_up(self, waiting: Sequence[Request], step: int) -> Iterator[Request]:
+    def top_up(self, waiting: Iterable[Request], step: int) -> Iterator[Request]:
         """The requests that bring every started client back to ``queued`` waiting."""
         queued = self.capacity_tokens // (self.small_input + self.small_output) + 2
         counts = Counter(r.client for r in waiting)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from fairserve.core.cost import CostModel, WeightedTokenCost
 from fairserve.core.errors import ConfigError, FairserveError, UnknownNameError
 from fairserve.core.types import Request, validate_weight
+from fairserve.sched.named import NamedClasses
 from fairserve.sched.params import Param, resolve_params
 
 
@@ -192,23 +193,9 @@ class Dispatcher(ABC):
         self.outstanding_tokens[worker] = max(0, self.outstanding_tokens[worker] - tokens)
 
 
-_REGISTRY: dict[str, type[Dispatcher]] = {}
+_DISPATCHERS: NamedClasses[type[Dispatcher]] = NamedClasses("dispatcher")
 
-
-def register_dispatcher(cls: type[Dispatcher]) -> type[Dispatcher]:
-    """Class decorator: make a dispatcher available by its ``name``."""
-    if cls.name in _REGISTRY:
-        raise ConfigError(f"dispatcher {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def dispatcher_class(name: str) -> type[Dispatcher]:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownNameError("dispatcher", name, list(_REGISTRY)) from None
-
-
-def dispatcher_names() -> list[str]:
-    return list(_REGISTRY)
+register_dispatcher = _DISPATCHERS.register
+"""Class decorator: make a dispatcher available by its ``name``."""
+dispatcher_class = _DISPATCHERS.lookup
+dispatcher_names = _DISPATCHERS.names

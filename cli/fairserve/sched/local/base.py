@@ -34,8 +34,9 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from fairserve.core.cost import CostModel, WeightedTokenCost
-from fairserve.core.errors import ConfigError, UnknownNameError
+from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request, validate_weight
+from fairserve.sched.named import NamedClasses
 from fairserve.sched.params import Param, resolve_params
 
 CanFit = Callable[[Request], bool]
@@ -375,23 +376,9 @@ class MemoryPatience:
         self.blocked = blocked
 
 
-_REGISTRY: dict[str, type[LocalPolicy]] = {}
+_POLICIES: NamedClasses[type[LocalPolicy]] = NamedClasses("local policy")
 
-
-def register_local(cls: type[LocalPolicy]) -> type[LocalPolicy]:
-    """Class decorator: make a policy available by its ``name``."""
-    if cls.name in _REGISTRY:
-        raise ConfigError(f"local policy {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def local_policy_class(name: str) -> type[LocalPolicy]:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownNameError("local policy", name, list(_REGISTRY)) from None
-
-
-def local_policy_names() -> list[str]:
-    return list(_REGISTRY)
+register_local = _POLICIES.register
+"""Class decorator: make a policy available by its ``name``."""
+local_policy_class = _POLICIES.lookup
+local_policy_names = _POLICIES.names
