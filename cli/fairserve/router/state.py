@@ -41,13 +41,13 @@ def snapshot(
     clients (those with requests inside the router first, then by service)."""
     now = time.monotonic()
     acc = router.accounting
-    dispatch = router.dispatcher.snapshot()
-    deficits = {
-        name: view.get("deficits", {}) for name, view in dispatch.get("clients", {}).items()
-    }
     shown = heapq.nlargest(
         limit, acc.clients, key=lambda n: (acc.clients[n].in_flight, acc.clients[n].service, n)
     )
+    dispatch = router.dispatcher.snapshot(shown)  # only the clients shown: not 10,000
+    deficits = {
+        name: view.get("deficits", {}) for name, view in dispatch.get("clients", {}).items()
+    }
     clients = {}
     for name in sorted(shown):
         clients[name] = {**acc.client_view(name, now), "deficits": deficits.get(name, {})}

@@ -120,7 +120,9 @@ class Dispatcher(ABC):
     def on_evict(self, worker: str, prefix_key: bytes) -> None:
         """A worker evicted ``prefix_key`` from its cache (no-op without a global tree)."""
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, clients: Collection[str] | None = None) -> dict[str, Any]:
+        """The dispatcher's state; per-client entries only for ``clients`` when given (a
+        router tracks up to 10,000 clients and its state read shows the busiest few)."""
         return {
             "dispatch": self.name,
             "params": dict(self.p),
@@ -134,7 +136,7 @@ class Dispatcher(ABC):
                 }
                 for w in self.workers
             },
-            **self._extra_state(),
+            **self._extra_state(clients),
         }
 
     # ------------------------------------------------------------ hooks
@@ -159,7 +161,7 @@ class Dispatcher(ABC):
     def _worker_state(self, worker: str) -> dict[str, Any]:
         return {}
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _extra_state(self, clients: Collection[str] | None) -> dict[str, Any]:
         return {}
 
     # ------------------------------------------------------------ helpers
@@ -191,6 +193,14 @@ class Dispatcher(ABC):
         self.outstanding[worker] -= 1
         tokens = req.input_tokens + req.expected_output_tokens
         self.outstanding_tokens[worker] = max(0, self.outstanding_tokens[worker] - tokens)
+
+
+def shown_clients(known: Collection[str], clients: Collection[str] | None) -> list[str]:
+    """The clients a snapshot lists, sorted: all ``known`` ones, or those of ``clients``
+    that are known (without walking every known client)."""
+    if clients is None:
+        return sorted(known)
+    return sorted(c for c in clients if c in known)
 
 
 _DISPATCHERS: NamedClasses[type[Dispatcher]] = NamedClasses("dispatcher")

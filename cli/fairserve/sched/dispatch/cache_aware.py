@@ -14,7 +14,7 @@ LRU bound) is shared with DoubleQ.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from fairserve.core.errors import ConfigError
@@ -146,5 +146,5 @@ class CacheAware(Dispatcher):
     def _worker_state(self, worker: str) -> dict[str, Any]:
         return {"tree_tokens": self.prefixes.worker_tokens(worker)}
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _extra_state(self, clients: Collection[str] | None) -> dict[str, Any]:
         return {"tree_tokens": self.prefixes.total_tokens, "decisions": dict(self.decisions)}

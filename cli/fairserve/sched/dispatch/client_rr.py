@@ -7,10 +7,11 @@ is the distributed VTC baseline. It ignores cache locality entirely.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from fairserve.core.types import Request
-from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
+from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher, shown_clients
 from fairserve.sched.dispatch.round_robin import (
     cursor_after,
     cursor_after_removal,
@@ -51,10 +52,10 @@ class ClientRoundRobin(Dispatcher):
     def _worker_at(self, cursor: int) -> str | None:
         return self.workers[cursor % len(self.workers)] if self.workers else None
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _extra_state(self, clients: Collection[str] | None) -> dict[str, Any]:
         return {
             "clients": {
-                client: {"next_worker": self._worker_at(cursor)}
-                for client, cursor in sorted(self._next.items())
+                client: {"next_worker": self._worker_at(self._next[client])}
+                for client in shown_clients(self._next, clients)
             }
         }

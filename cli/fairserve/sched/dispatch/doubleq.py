@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Collection
 from typing import Any
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
-from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
+from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher, shown_clients
 from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS, WorkerPrefixTree
 from fairserve.sched.params import W_E, W_Q, Param
 
@@ -220,14 +221,14 @@ class DoubleQ(Dispatcher):
             del counters[worker]
 
     # ------------------------------------------------------------ state
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, clients: Collection[str] | None = None) -> dict[str, Any]:
         """JSON-safe: infinite quanta and counters appear as ``"inf"``."""
-        return _json_safe(super().snapshot())  # type: ignore[no-any-return]
+        return _json_safe(super().snapshot(clients))  # type: ignore[no-any-return]
 
     def _worker_state(self, worker: str) -> dict[str, Any]:
         return {"tree_tokens": self.prefixes.worker_tokens(worker)}
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _extra_state(self, clients: Collection[str] | None) -> dict[str, Any]:
         return {
             "worker_quantum": self.quantum,
             "tree_tokens": self.prefixes.total_tokens,
@@ -235,8 +236,8 @@ class DoubleQ(Dispatcher):
                 client: {
                     "weight": self.weight(client),
                     "refills": self.refills[client],
-                    "deficits": dict(counters),
+                    "deficits": dict(self.deficits[client]),
                 }
-                for client, counters in sorted(self.deficits.items())
+                for client in shown_clients(self.deficits, clients)
             },
         }

@@ -7,6 +7,7 @@ fewer outstanding requests, then to worker order, so decisions are deterministic
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from fairserve.core.types import Request
@@ -25,5 +26,5 @@ class LeastLoad(Dispatcher):
         tokens, requests = self.outstanding_tokens, self.outstanding
         return min(candidates, key=lambda w: (tokens[w], requests[w]))
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _extra_state(self, clients: Collection[str] | None) -> dict[str, Any]:
         return {"load_metric": "outstanding_tokens"}

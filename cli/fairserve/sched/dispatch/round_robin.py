@@ -6,7 +6,7 @@ DoubleQ paper): perfect request-count balance, no cache locality, no fairness.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from fairserve.core.types import Request
@@ -63,7 +63,7 @@ class RoundRobin(Dispatcher):
         super().remove_worker(worker)
         self._next = cursor_after_removal(self._next, index)
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _extra_state(self, clients: Collection[str] | None) -> dict[str, Any]:
         return {
             "next_worker": self.workers[self._next % len(self.workers)] if self.workers else None
         }
