@@ -116,15 +116,48 @@ def _wait_healthy(url: str, timeout_s: float) -> None:
     raise SystemExit(f"router at {url} not healthy within {timeout_s}s")
 
 
-def capacity_req_per_s(url: str, speed: float) -> float:
-    """Requests/s the workers can finish at this request size: their reported capacity (in
-    simulated seconds) times ``speed`` (simulated seconds per wall second)."""
+def reported_capacity_req_per_s(url: str, speed: float) -> float:
+    """Requests/s the workers' profiles promise at this request size: their peak (every step
+    at the full token budget) times ``speed``. Only an upper bound: decode steps of a
+    bounded running batch carry far fewer tokens, so a soak sized by it overloads several
+    times more than it says (the reason :func:`measured_capacity_req_per_s` exists)."""
     with urllib.request.urlopen(url + "/fairserve/v1/state?limit=1", timeout=5) as resp:
         state = json.loads(resp.read())
     tokens_per_s = sum(w.get("capacity_tokens_per_s") or 0.0 for w in state["workers"])
     if tokens_per_s <= 0:
         raise SystemExit("the workers report no capacity; give --rate instead")
     return speed * tokens_per_s / (PROMPT_WORDS + OUTPUT_TOKENS)
+
+
+async def measured_capacity_req_per_s(url: str, seconds: float, concurrency: int) -> float:
+    """Requests/s the cluster finishes when saturated: ``concurrency`` closed-loop senders of
+    the soak's request shape for ``seconds``, the rate counted after the first third (the
+    batch fills). What "2x capacity" is measured against."""
+    timeout = aiohttp.ClientTimeout(total=seconds + 60)
+    connector = aiohttp.TCPConnector(limit=0)
+    started = time.monotonic()
+    count_from, end = started + seconds / 3, started + seconds
+    finished: list[float] = []
+    async with aiohttp.ClientSession(base_url=url, timeout=timeout, connector=connector) as s:
+
+        async def sender(index: int) -> None:
+            n = 0
+            while time.monotonic() < end:
+                n += 1
+                content = f"calibrate-{index} {n} " + "word " * PROMPT_WORDS
+                body = {"messages": [{"role": "user", "content": content}],
+                        "max_tokens": OUTPUT_TOKENS}  # fmt: skip
+                headers = {"X-Fairserve-Client": f"calibrate-{index % 8}"}
+                async with s.post("/v1/chat/completions", json=body, headers=headers) as resp:
+                    await resp.read()
+                    if resp.status == 200:
+                        finished.append(time.monotonic())
+
+        await asyncio.gather(*(sender(i) for i in range(concurrency)))
+    counted = [t for t in finished if count_from <= t <= end]
+    if not counted:
+        raise SystemExit("calibration finished no request; give --rate instead")
+    return len(counted) / (end - count_from)
 
 
 async def offer(
@@ -266,7 +299,10 @@ async def run_phase(
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     with cluster(args) as (url, proc):
-        capacity = args.rate or capacity_req_per_s(url, args.speed)
+        reported = reported_capacity_req_per_s(url, args.speed)
+        capacity = args.rate or asyncio.run(
+            measured_capacity_req_per_s(url, args.calibrate_s, args.calibrate_concurrency)
+        )
         light_rate = args.light_share * capacity / max(1, args.light)
         heavy_total = max(0.0, args.overload * capacity - light_rate * args.light)
         heavy_rate = heavy_total / max(1, args.heavy)
@@ -274,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         heavy = [(f"heavy-{i}", "heavy", heavy_rate) for i in range(args.heavy)]
         report: dict[str, Any] = {
             "capacity_req_per_s": capacity,
+            "capacity_source": "--rate" if args.rate else f"measured over {args.calibrate_s:g} s",
+            "profile_peak_req_per_s": reported,
             "rates_req_per_s": {"light_each": light_rate, "heavy_each": heavy_rate},
             "duration_s": args.duration,
             "machine": "see the caller",
@@ -300,6 +338,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overload", type=float, default=2.0, help="offered load / capacity")
     p.add_argument("--light-share", type=float, default=0.45, help="light demand / capacity")
     p.add_argument("--rate", type=float, default=None, help="capacity in req/s (else measured)")
+    p.add_argument("--calibrate-s", type=float, default=30.0, help="capacity measurement")
+    p.add_argument("--calibrate-concurrency", type=int, default=512)
     p.add_argument("--baseline", action="store_true", help="light clients alone first")
     p.add_argument("--baseline-duration", type=float, default=None, help="(default --duration)")
     p.add_argument("--sample-s", type=float, default=5.0)
