@@ -131,18 +131,18 @@ def reported_capacity_req_per_s(url: str, speed: float) -> float:
 
 async def measured_capacity_req_per_s(url: str, seconds: float, concurrency: int) -> float:
     """Requests/s the cluster finishes when saturated: ``concurrency`` closed-loop senders of
-    the soak's request shape for ``seconds``, the rate counted after the first third (the
-    batch fills). What "2x capacity" is measured against."""
-    timeout = aiohttp.ClientTimeout(total=seconds + 60)
+    the soak's request shape for ``seconds``, counted after the first third (the batch
+    fills); senders still waiting at the end are cancelled (their requests aborted). What
+    "2x capacity" is measured against."""
     connector = aiohttp.TCPConnector(limit=0)
     started = time.monotonic()
     count_from, end = started + seconds / 3, started + seconds
     finished: list[float] = []
-    async with aiohttp.ClientSession(base_url=url, timeout=timeout, connector=connector) as s:
+    async with aiohttp.ClientSession(base_url=url, connector=connector) as s:
 
         async def sender(index: int) -> None:
             n = 0
-            while time.monotonic() < end:
+            while True:
                 n += 1
                 content = f"calibrate-{index} {n} " + "word " * PROMPT_WORDS
                 body = {"messages": [{"role": "user", "content": content}],
@@ -153,7 +153,11 @@ async def measured_capacity_req_per_s(url: str, seconds: float, concurrency: int
                     if resp.status == 200:
                         finished.append(time.monotonic())
 
-        await asyncio.gather(*(sender(i) for i in range(concurrency)))
+        senders = [asyncio.create_task(sender(i)) for i in range(concurrency)]
+        await asyncio.sleep(seconds)
+        for task in senders:
+            task.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
     counted = [t for t in finished if count_from <= t <= end]
     if not counted:
         raise SystemExit("calibration finished no request; give --rate instead")
@@ -338,8 +342,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overload", type=float, default=2.0, help="offered load / capacity")
     p.add_argument("--light-share", type=float, default=0.45, help="light demand / capacity")
     p.add_argument("--rate", type=float, default=None, help="capacity in req/s (else measured)")
-    p.add_argument("--calibrate-s", type=float, default=30.0, help="capacity measurement")
-    p.add_argument("--calibrate-concurrency", type=int, default=512)
+    p.add_argument("--calibrate-s", type=float, default=60.0, help="capacity measurement")
+    p.add_argument("--calibrate-concurrency", type=int, default=256)
     p.add_argument("--baseline", action="store_true", help="light clients alone first")
     p.add_argument("--baseline-duration", type=float, default=None, help="(default --duration)")
     p.add_argument("--sample-s", type=float, default=5.0)
