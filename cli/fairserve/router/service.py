@@ -399,14 +399,15 @@ class Router:
         """Approximate LRU bound of the global tree per worker: its KV capacity for a worker
         without an eviction feed; twice that for one with a feed, whose evictions keep the
         tree right except for prefixes the worker never cached (a request aborted while it
-        waited), which no eviction will ever remove."""
+        waited), which no eviction will ever remove. A worker that reports no capacity (a
+        stock engine) is bounded as its fair queue is, by ``DEFAULT_CACHE_TOKENS``: without
+        a bound every distinct prompt stayed in the tree for good."""
         up = self.upstreams[worker]
-        if not up.max_total_tokens:
-            return
         prefixes = getattr(self.dispatcher, "prefixes", None)
         if prefixes is None:
             return
-        limit = up.max_total_tokens * (FED_TREE_SLACK if up.extension else 1)
+        capacity = up.max_total_tokens or DEFAULT_CACHE_TOKENS
+        limit = capacity * (FED_TREE_SLACK if up.extension else 1)
         tree = prefixes.tree
         if tree.owner_tokens(worker) > limit:
             tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK))
