@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import math
 import time
@@ -186,6 +187,7 @@ def test_chat_stream_opens_with_the_role_and_ends_with_the_finish() -> None:
 
 HUGE_CONTEXT_TOKENS = 8_000_000
 """A worker whose context (KV capacity) allows outputs of millions of tokens."""
+PROBES = 200
 
 
 def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -> None:
@@ -197,6 +199,13 @@ def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -
         config = make_config(profile=tiny_profile(HUGE_CONTEXT_TOKENS))
         async with serving(config) as (server, session):
             largest = HUGE_CONTEXT_TOKENS - len(tokenize(PROMPT))
+            # One pause of the whole process (0.28 s once in a CI rehearsal: a collection
+            # of the heap earlier tests left, or another process on two cores) says nothing
+            # about the worker, while the defect stalls once per huge request: three here.
+            # So the p99 is taken over 200 probes (their third largest), and objects from
+            # before the probes are frozen out of the collector's scans.
+            gc.collect()
+            gc.freeze()
             request = {"text": PROMPT, "sampling_params": {"max_new_tokens": largest}}
 
             async def submit(i: int) -> None:
@@ -210,7 +219,7 @@ def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -
             # from when it was due: a stall between two probes delays the next one.
             latencies_s = []
             start_s = time.perf_counter()
-            for k in range(50):  # bounded: 50 probes, one every 20 ms
+            for k in range(PROBES):  # bounded: one every 20 ms
                 due_s = start_s + 0.02 * k
                 await asyncio.sleep(max(0.0, due_s - time.perf_counter()))
                 status, _ = await get_json(session, "/health")
@@ -222,4 +231,7 @@ def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -
             await asyncio.gather(*tasks, return_exceptions=True)
             assert sorted(latencies_s)[math.ceil(0.99 * len(latencies_s)) - 1] < 0.1, latencies_s
 
-    run(body())
+    try:
+        run(body())
+    finally:
+        gc.unfreeze()
