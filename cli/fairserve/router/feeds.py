@@ -8,16 +8,27 @@ Prometheus counters (:class:`MetricsFeed`) and the workload trace (:class:`Trace
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fairserve.core.types import Request
 from fairserve.router.accounting import NO_USAGE, Accounting, Usage
 from fairserve.router.lifecycle import Call, Subscriber
 from fairserve.router.metrics import RouterMetrics
+from fairserve.router.upstream import Upstream
+from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.workloads.trace import TraceWriter
 
-if TYPE_CHECKING:
-    from fairserve.router.service import Router
+
+class Workers(Protocol):
+    """What the worker feed reads of the router. A protocol, not the ``Router`` itself: the
+    router builds its feeds, so importing it here would close an import circle."""
+
+    dispatcher: Dispatcher
+    upstreams: dict[str, Upstream]
+
+    def bound_tree(self, worker: str) -> None: ...
+
+    def answer_failed(self, worker: str, reason: str, unreachable: bool) -> None: ...
 
 
 def cached_in_key_units(req: Request, usage: Usage) -> int:
@@ -87,11 +98,11 @@ class LedgerFeed(Subscriber):
 
 class WorkerFeed(Subscriber):
     """The worker side: the dispatcher's loads and tree, the worker's fair queue, its
-    in-flight count and passive outlier detection (:meth:`Router.answer_failed`).
+    in-flight count and passive outlier detection (the router's ``answer_failed``).
 
     Reads ``router.dispatcher`` at each event: a test may wrap the dispatcher."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Workers) -> None:
         self.router = router
 
     def dispatched(self, call: Call, worker: str) -> None:
