@@ -51,8 +51,6 @@ def snapshot(
     clients = {}
     for name in sorted(shown):
         clients[name] = {**acc.client_view(name, now), "deficits": deficits.get(name, {})}
-    if isinstance(dispatch.get("clients"), dict):  # the same clients as above, no more
-        dispatch["clients"] = {n: v for n, v in dispatch["clients"].items() if n in clients}
     view = acc.window(now, window_s) if acc.clients else None
     window = None if view is None else (view.start_s, view.end_s)
     return {
