@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from tests.router.helpers import post, sim_router
+from tests.router.helpers import poll, post, sim_router
 from tests.worker.helpers import run, tiny_profile
 
 TOKEN = "s3cret"
@@ -23,10 +21,11 @@ def test_a_router_with_the_token_follows_a_worker_that_requires_it() -> None:
             for index in range(12):  # ~3 prompts fill the 1,024-token pool: evictions follow
                 status, answer, _ = await post(session, "/v1/completions", _prompt(index))
                 assert status == 200, answer
-            for _ in range(50):  # polled every 0.1 s
-                if up.eviction_cursor > 0:
-                    break
-                await asyncio.sleep(0.1)
+
+            async def evictions_read() -> bool:  # the router polls every 0.1 s
+                return up.eviction_cursor > 0
+
+            await poll(evictions_read, timeout_s=5.0, what="an eviction read by the router")
             assert up.eviction_cursor > 0, "the router read no eviction (refused by the worker?)"
             assert up.extension
 

@@ -13,7 +13,7 @@ import pytest
 
 from fairserve.core.errors import ConfigError
 from fairserve.router.config import RouterConfig
-from tests.router.helpers import chat, post, sim_router
+from tests.router.helpers import chat, poll, post, sim_router
 from tests.worker.helpers import run
 
 CAP = 6
@@ -37,10 +37,11 @@ def test_at_the_total_cap_a_flood_is_refused_and_others_still_get_in() -> None:
             stop = asyncio.Event()
             flood = [asyncio.create_task(_hold(session, "flood", stop)) for _ in range(CAP)]
             acc = server.router.accounting
-            for _ in range(100):
-                if acc.held >= CAP:
-                    break
-                await asyncio.sleep(0.05)
+
+            async def all_held() -> bool:
+                return acc.held >= CAP
+
+            await poll(all_held, what="the flood held")
             assert acc.held == CAP
             headers = {"X-Fairserve-Client": "flood"}
             status, error, answer_headers = await post(
@@ -56,10 +57,11 @@ def test_at_the_total_cap_a_flood_is_refused_and_others_still_get_in() -> None:
             assert status == 200, answer
             stop.set()
             assert await asyncio.gather(*flood) == [200] * CAP
-            for _ in range(100):  # the flood's streams were closed: the router lets them go
-                if acc.held == 0:
-                    break
-                await asyncio.sleep(0.05)
+
+            async def none_held() -> bool:  # the flood's streams closed: the router lets go
+                return acc.held == 0
+
+            await poll(none_held, what="the flood let go")
             assert (acc.held, acc.busy) == (0, 0)
 
     run(body())
