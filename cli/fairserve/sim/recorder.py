@@ -60,6 +60,18 @@ class ClientCounters:
     last_arrival_s: float | None = None
 
 
+@dataclass(slots=True)
+class _Progress:
+    """What one engine looked like at the previous sample (for its parked requests)."""
+
+    steps: int = 0
+    clock: int = 0
+    decoding: int = 0
+    stalled: bool = False
+    """Its latest sample interval with a step start had no decode step although requests
+    were decoding: they are parked until an interval shows otherwise."""
+
+
 @dataclass
 class SimResult:
     """Everything a report or a plot needs from one run."""
@@ -77,7 +89,9 @@ class SimResult:
     dispatcher: dict[str, Any] = field(default_factory=dict)
     unfinished: dict[str, int] = field(default_factory=dict)
     queue_samples: list[tuple[float, int]] = field(default_factory=list)
-    """(t_s, requests waiting in all queues) on the sample grid: is the queue bounded?"""
+    """(t_s, requests queued) on the sample grid: is the queue bounded? Queued = waiting
+    for admission in any engine, plus admitted requests parked in a running set (they hold
+    KV but get no token: see :meth:`Recorder.sample_until`)."""
     samples_extend: list[ServiceSample] = field(default_factory=list)
     """The same grid in the system's view: ``w_e`` per *extend* (uncached) prompt token
     computed, ``w_q`` per output token (what DLPM and DoubleQ bound)."""
@@ -118,6 +132,7 @@ class Recorder:
         self.queue_samples: list[tuple[float, int]] = [(0.0, 0)]
         self.next_sample_s = interval_s
         """When the next sample is due (the event loop checks it before calling in)."""
+        self._progress: list[_Progress] = []
         self._worker_finished: dict[int, int] = {}
         self._credited: set[int] = set()
         self._open: dict[int, str] = {}
@@ -196,12 +211,32 @@ class Recorder:
         backlogged: set[str] = set()
         for engine in engines:
             backlogged.update(engine.waiting.clients())
-        queued = sum(len(engine.waiting) for engine in engines)
+        queued = sum(len(engine.waiting) for engine in engines) + self._parked(engines)
         while self.next_sample_s <= t_s:
             for ledger in (self.ledger, self.ledger_extend):
                 ledger.sample(self.next_sample_s, backlogged, every_client=True)
             self.queue_samples.append((self.next_sample_s, queued))
             self.next_sample_s += self.interval_s
+
+    def _parked(self, engines: Sequence[Engine]) -> int:
+        """Admitted requests that hold KV but make no progress: the decoding requests of an
+        engine that started steps since the previous sample without a decode step among
+        them (vLLM-v0's prefill-only steps; the throughput-optimal paper's decode queue
+        that builds up). Counted from the requests already decoding at the previous sample
+        (a prefill completing now decodes next), and carried over the sample intervals in
+        which the engine starts no step (one long step in flight). Every other discipline
+        decodes all running requests in every step: it parks none."""
+        while len(self._progress) < len(engines):
+            self._progress.append(_Progress())
+        parked = 0
+        for engine, seen in zip(engines, self._progress, strict=False):
+            steps, clock, decoding = engine.stats.steps, engine.pool.clock, engine.pool.decoding
+            if steps != seen.steps:
+                seen.stalled = clock == seen.clock and seen.decoding > 0
+            if seen.stalled:
+                parked += min(decoding, seen.decoding)
+            seen.steps, seen.clock, seen.decoding = steps, clock, decoding
+        return parked
 
     def result(
         self,

@@ -163,8 +163,11 @@ def _workers(result: SimResult, span_s: float) -> list[dict[str, Any]]:
 
 
 def _queue(result: SimResult) -> dict[str, float]:
-    """Queue depth (waiting requests): its peak, mean and value at the end; a queue whose
-    second-half mean far exceeds its first-half mean is not stable at this load."""
+    """Queue depth: its peak, mean and value at the end; a queue whose second-half mean far
+    exceeds its first-half mean is not stable at this load. Queued = waiting for admission
+    plus admitted but parked (holding KV without getting tokens: vLLM-v0's decodes behind
+    its prefill-only steps, which a waiting-only count hid: 3 queued with 2,061 requests in
+    the system). ``conservation.unfinished`` at the end is everything in the system."""
     depths = [q for _, q in result.queue_samples]
     half = len(depths) // 2
     first, second = depths[:half] or [0], depths[half:] or [0]
