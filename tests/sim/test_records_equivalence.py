@@ -102,7 +102,7 @@ CASES: dict[str, tuple[Callable[[], Workload], SimConfig, str]] = {
     "vllm-v0": (
         lambda: resolve_workload("vtc-constant"),
         _config(60_000, batching="vllm-v0", policy="vtc"),
-        "4d1490b986e78ded",
+        "236fc3de5ed1a335",
     ),
     "fastertransformer": (
         lambda: resolve_workload("vtc-constant"),
