@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from fairserve.core.counters import TokenCounts
 from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowView
 from fairserve.core.metrics import percentile
 
@@ -61,18 +62,15 @@ class ClientStats:
 
 
 @dataclass(slots=True)
-class WorkerStats:
+class WorkerStats(TokenCounts):
+    """What the router counted of one worker (prompt and cached tokens: the shared
+    :class:`~fairserve.core.counters.TokenCounts`, with its hit rate)."""
+
     requests: int = 0
     finished: int = 0
     failures: int = 0
     retried: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
     output_tokens: int = 0
-
-    @property
-    def cache_hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 class Usage(NamedTuple):

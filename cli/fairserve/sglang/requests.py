@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
+from fairserve.core.counters import EngineCounts
 from fairserve.core.types import ANONYMOUS_CLIENT, Request
 
 UINT32_MASK = 0xFFFFFFFF
@@ -92,20 +93,11 @@ def real_extend_tokens(sreq: ReqLike) -> int:
 
 
 @dataclass
-class EngineCounters:
-    """Totals for ``/fairserve/worker/state`` (``engine`` section, as the simulated worker)."""
+class EngineCounters(EngineCounts):
+    """Totals for ``/fairserve/worker/state`` (``engine`` section, as the simulated worker):
+    the shared engine counters plus the plugin's own (errors, overlap-aware busy time)."""
 
-    steps: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    admitted: int = 0
-    finished: int = 0
-    retracted: int = 0
-    aborted: int = 0
     errors: int = 0
-    busy_s: float = 0.0
     busy_until_s: float = 0.0
 
     def busy(self, start_s: float, end_s: float) -> None:
@@ -123,21 +115,7 @@ class EngineCounters:
         self.cached_tokens += max(0, input_tokens - extend_tokens)
 
     def as_json(self) -> dict[str, Any]:
-        hit = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        return {
-            "steps": self.steps,
-            "busy_s": self.busy_s,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "prefill_tokens": self.prefill_tokens,
-            "decode_tokens": self.decode_tokens,
-            "admitted": self.admitted,
-            "finished": self.finished,
-            "retracted": self.retracted,
-            "aborted": self.aborted,
-            "cache_hit_rate": hit,
-            "errors": self.errors,
-        }
+        return {**EngineCounts.as_json(self), "errors": self.errors}
 
 
 @dataclass

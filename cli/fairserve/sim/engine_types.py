@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fairserve.core.counters import EngineCounts
 from fairserve.core.defaults import BATCHING_DISCIPLINES, DEFAULT_BATCHING
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
@@ -69,21 +70,6 @@ class StepResult:
         return self.end_s - self.start_s
 
 
-@dataclass(slots=True)
-class EngineStats:
-    """Cumulative counters (for ``/metrics``, reports and the dashboard)."""
-
-    steps: int = 0
-    busy_s: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    admitted: int = 0
-    finished: int = 0
-    retracted: int = 0
-    aborted: int = 0
-
-    @property
-    def cache_hit_rate(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+EngineStats = EngineCounts
+"""Cumulative counters (for ``/metrics``, reports and the dashboard): the engine counters
+every host keeps alike (:class:`~fairserve.core.counters.EngineCounts`)."""
