@@ -9,9 +9,14 @@ event contract as inside an engine (``on_arrival``, ``select`` with ``can_fit``,
 ``on_admit``, decode charges, ``on_finish``/``on_abort``).
 
 ``can_fit`` is "a slot is free" (and reserves it: a True answer is final). ``match_len``
-comes from an approximate per-worker prefix cache: a radix tree of the prompts released to
-the worker, trimmed LRU to the worker's reported KV capacity. Output tokens are charged
-when a request ends (the router does not see the engine's decode steps).
+is the worker's share of the fleet's one cache model
+(:class:`~fairserve.sched.dispatch.cache_model.CacheModel`), the dispatcher's own: the
+router's worker feed hands it over (:meth:`FairQueue.attach`), so the queue and the
+dispatcher read the same prompts, the same evictions from the worker's feed and the same
+bound. The queue records a prompt when it releases it to the worker, never while it waits
+(a waiting request would match itself). A queue built on its own (tests) models its worker
+alone, bounded LRU by ``cache_tokens``. Output tokens are charged when a request ends (the
+router does not see the engine's decode steps).
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fairserve.core.radix import RadixTree
 from fairserve.core.types import Request
+from fairserve.sched.dispatch.cache_model import CacheModel
 from fairserve.sched.local.base import LocalPolicy
 
 DEFAULT_CACHE_TOKENS = 1 << 20
@@ -37,17 +42,32 @@ class FairQueue:
         max_outstanding: int,
         cache_tokens: int = DEFAULT_CACHE_TOKENS,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        cache: CacheModel | None = None,
+        worker: str = "worker",
     ) -> None:
+        """``cache``: the fleet's model, of which this queue reads and records ``worker``'s
+        share (None: a model of this worker alone, bounded by ``cache_tokens``)."""
         self.policy = policy
         self.max_outstanding = max_outstanding
         self.cache_tokens = cache_tokens
+        if cache is None:
+            cache = CacheModel()
+            cache.bound(worker, cache_tokens)
+        self.cache = cache
+        self.worker = worker
         self.outstanding = 0
         self.released = 0
         self._clock = clock
         self._waiting: list[Request] = []
         self._futures: dict[int, asyncio.Future[None]] = {}
         self._admitted: set[int] = set()
-        self._tree = RadixTree()
+
+    def attach(self, cache: CacheModel, worker: str) -> None:
+        """Read and record ``worker``'s share of ``cache`` from now on: the fleet's model,
+        which the dispatcher reads and the worker's eviction feed and bound trim."""
+        self.cache = cache
+        self.worker = worker
 
     @property
     def waiting(self) -> int:
@@ -102,7 +122,7 @@ class FairQueue:
             "outstanding": self.outstanding,
             "max_outstanding": self.max_outstanding,
             "released": self.released,
-            "cache_tokens": self._tree.total_tokens,
+            "cache_tokens": self.cache.worker_tokens(self.worker),
             "policy": self.policy.snapshot(),
         }
 
@@ -143,17 +163,10 @@ class FairQueue:
         for req in admitted:
             self._admitted.add(id(req))
             self.released += 1
-            self._remember(req.prompt_key)
+            self.cache.released(req.prompt_key, self.worker)
             future = self._futures.get(id(req))
             if future is not None and not future.done():
                 future.set_result(None)
 
     def _match_len(self, req: Request) -> int:
-        return self._tree.match_len(req.prompt_key)
-
-    def _remember(self, key: bytes) -> None:
-        tree = self._tree
-        tree.insert(key)
-        excess = tree.total_tokens - self.cache_tokens
-        if excess > 0:
-            tree.evict(excess + self.cache_tokens // 10)
+        return self.cache.match_len(req.prompt_key, self.worker)
