@@ -1,8 +1,13 @@
-"""The router's long-lived state: dispatcher, workers, accounting, background jobs, quanta.
+"""The router's long-lived state: the request lifecycle and what it feeds, and the jobs it
+starts and stops.
 
 One :class:`Router` per server. HTTP handlers (``handlers``) and the proxy (``proxy``) call
 into it; it never touches aiohttp's server side, so it is the part ``launch`` and tests can
-drive directly.
+drive directly. It keeps the lifecycle only: health checks and ejection
+(:mod:`~fairserve.router.health_loop`), the eviction poll and tree bound
+(:mod:`~fairserve.router.caches`), the router-side queues (:mod:`~fairserve.router.queues`)
+and the pushes of weights and quanta to workers (:mod:`~fairserve.router.pushes`) each own
+their logic and state; the router builds, starts and stops them.
 """
 
 from __future__ import annotations
@@ -11,29 +16,31 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
 
-from fairserve.api import paths
-from fairserve.api.auth import admin_headers
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import ApiError
 from fairserve.router import persist
 from fairserve.router.accounting import Accounting
+from fairserve.router.caches import FED_TREE_SLACK as FED_TREE_SLACK
+from fairserve.router.caches import WorkerCaches
 from fairserve.router.config import RouterConfig
-from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS, FairQueue
 from fairserve.router.feeds import LedgerFeed, MetricsFeed, TraceFeed, WorkerFeed
+from fairserve.router.health_loop import HealthLoop
 from fairserve.router.lifecycle import Lifecycle
 from fairserve.router.metrics import RouterMetrics
+from fairserve.router.pushes import WorkerPushes
+from fairserve.router.queues import ROUTER_JUSTITIA_STEPS_PER_S as ROUTER_JUSTITIA_STEPS_PER_S
+from fairserve.router.queues import RouterQueues, build_queue_policy
 from fairserve.router.settings import FairnessSettings, default_quantum
-from fairserve.router.upstream import HealthProber, Upstream, every, poll_evictions
+from fairserve.router.upstream import Upstream, every
 from fairserve.sched.dispatch.base import Dispatcher
-from fairserve.sched.dispatch.cache_aware import LRU_LOW_WATERMARK
 from fairserve.sched.local.base import local_policy_class
-from fairserve.sched.registry import load_all, make_dispatcher, make_local_policy
+from fairserve.sched.registry import load_all, make_dispatcher
 from fairserve.workloads.trace import TraceWriter
 
 log = logging.getLogger("fairserve.router")
@@ -64,29 +71,6 @@ def check_policy(config: RouterConfig) -> None:
     build_queue_policy(config)
 
 
-FED_TREE_SLACK = 2
-"""A worker with an eviction feed may hold at most this many times its KV capacity in the
-router's tree (see ``Router.bound_tree``)."""
-ROUTER_JUSTITIA_STEPS_PER_S = 30.0
-"""Decode iterations per second the router assumes for Justitia's clock when none is given
-(a 7-8B model's decode step on one GPU is some 20-40 ms)."""
-
-
-def build_queue_policy(config: RouterConfig, weights: Mapping[str, float] | None = None) -> Any:
-    """The router-side queue's policy; ``weights``: the live ones (``tune weight``)."""
-    params = dict(config.policy_params)
-    if config.quantum is not None:
-        params["quantum"] = config.quantum
-    declared = {param.name for param in local_policy_class(config.policy).params}
-    if "clock" in declared and "clock" not in params:
-        # The router's queue sees no decode iterations, only time: a policy whose clock can
-        # count either runs on seconds times an iteration rate (steps_per_s: the engine's 1/c).
-        params["clock"] = "seconds"
-        params.setdefault("steps_per_s", ROUTER_JUSTITIA_STEPS_PER_S)
-    live = config.weights if weights is None else weights
-    return make_local_policy(config.policy, weights=live, **params)
-
-
 class Router:
     """Dispatcher, upstream pool, accounting and metrics of one router."""
 
@@ -110,6 +94,16 @@ class Router:
         }
         self.settings = self._settings()
         """The one owner of weights and quanta (see ``router.settings``)."""
+        self.queues = RouterQueues(config, self.settings, self.upstreams)
+        self.queues.listen()
+        self.pushes = WorkerPushes(
+            self.settings, self.upstreams, config.health_timeout_s, config.admin_token, self.spawn
+        )
+        self.caches = WorkerCaches(config, self.upstreams, lambda: self.dispatcher)
+        self.health = HealthLoop(
+            config, self.upstreams, [self.caches.worker_up, self.queues.worker_up,
+                                     self.pushes.worker_up],
+        )  # fmt: skip
         self.settings_path = Path(config.settings_path) if config.settings_path else None
         self.restored_at_start = False
         """Settings were read back from ``settings_path`` at start."""
@@ -117,7 +111,6 @@ class Router:
         """Unix time the live settings were last saved (or restored from)."""
         self._restore()
         self.session: aiohttp.ClientSession | None = None
-        self.prober: HealthProber | None = None
         self.draining = False
         self.active = 0
         self.started_s = time.monotonic()
@@ -132,7 +125,7 @@ class Router:
     # ------------------------------------------------------------------ fairness settings
     def _settings(self) -> FairnessSettings:
         """The settings and who applies them: the dispatcher (read at each change: a test
-        may wrap it), the accounting and the router-side queues."""
+        may wrap it), the accounting, then the router-side queues (``RouterQueues.listen``)."""
         config = self.config
         settings = FairnessSettings(
             config.weights,
@@ -142,22 +135,9 @@ class Router:
             default_quantum(config.policy),
         )
         settings.on_weight(lambda client, weight: self.dispatcher.set_weight(client, weight))
-        settings.on_weight(self._queues_weight)
         settings.on_weight(self.accounting.set_weight)  # never creates a client
-        settings.on_quantum(self._queues_quantum)
         settings.on_worker_quantum(lambda quantum: self.dispatcher.set_quantum(quantum))
         return settings
-
-    def _queues_weight(self, client: str, weight: float) -> None:
-        for up in self.upstreams.values():
-            if up.queue is not None:
-                up.queue.policy.set_weight(client, weight)
-
-    def _queues_quantum(self, quantum: float) -> None:
-        build_queue_policy(self.config).set_quantum(quantum)  # refuses bad values first
-        for up in self.upstreams.values():
-            if up.queue is not None:
-                up.queue.policy.set_quantum(quantum)
 
     @property
     def weights(self) -> dict[str, float]:
@@ -228,9 +208,7 @@ class Router:
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )
-        self.prober = HealthProber(
-            self.session, cfg.health_timeout_s, self._worker_up, self._worker_down, cfg.admin_token
-        )
+        self.pushes.start(self.session, self.health.start(self.session))
         if cfg.trace_path is not None:
             self._trace_file = Path(cfg.trace_path).open("w", encoding="utf-8")  # noqa: SIM115
             self.trace = TraceWriter(self._trace_file)
@@ -239,8 +217,8 @@ class Router:
         await self.check_health()
         self.accounting.sample(time.monotonic())
         self._tasks = [
-            asyncio.create_task(every(cfg.health_interval_s, self.check_health)),
-            asyncio.create_task(every(cfg.eviction_interval_s, self.poll_evictions)),
+            self.health.task(),
+            self.caches.start(self.session),
             asyncio.create_task(every(cfg.sample_interval_s, self._sample)),
         ]
 
@@ -256,6 +234,7 @@ class Router:
         if self.session is not None:
             await self.session.close()
             self.session = None
+        self.pushes.stop()
         if self._trace_feed is not None:
             self.lifecycle.unsubscribe(self._trace_feed)
             self._trace_feed = None
@@ -317,12 +296,10 @@ class Router:
             )
 
     async def check_health(self) -> None:
-        assert self.prober is not None
-        await asyncio.gather(*(self.prober.probe(up) for up in self.upstreams.values()))
+        await self.health.check()
 
     def eject(self, worker: str, reason: str) -> None:
-        if self.prober is not None:
-            self.prober.mark_down(self.upstreams[worker], reason)
+        self.health.eject(worker, reason)
 
     @property
     def max_request_cost(self) -> float:
@@ -330,87 +307,15 @@ class Router:
         return self.accounting.max_request_cost
 
     def answer_failed(self, worker: str, reason: str, unreachable: bool) -> None:
-        """Passive outlier detection (a proper answer resets the counts: ``WorkerFeed``): a
-        worker that could not be reached is ejected at once;
-        one that answers badly (5xx, invalid answers, broken or stalled streams) after
-        ``outlier_failures`` in a row, and is then held out for ``outlier_cooldown_s``,
-        doubled per repeat (max 5 min), even if its ``/health`` says ok."""
-        up = self.upstreams[worker]
-        up.failed_answers += 1
-        if unreachable:
-            self.eject(worker, reason)
-        elif up.failed_answers >= self.config.outlier_failures and up.healthy:
-            hold_s = min(300.0, self.config.outlier_cooldown_s * 2**up.outlier_ejections)
-            up.outlier_ejections += 1
-            up.hold_until_s = time.monotonic() + hold_s
-            self.eject(
-                worker,
-                f"{up.failed_answers} failed answers in a row (held out {hold_s:g}s); "
-                f"last: {reason}",
-            )
-
-    def _worker_up(self, up: Upstream) -> None:
-        # A worker that comes (back) up has an empty cache as far as we can know.
-        self.dispatcher.on_evict(up.url, b"")
-        mode = self.config.router_queue
-        wants_queue = mode == "on" or (mode == "auto" and not up.extension)
-        if wants_queue and up.queue is None:
-            up.queue = FairQueue(
-                build_queue_policy(self.config, self.settings.weights),
-                self.config.max_outstanding_per_worker,
-                up.max_total_tokens or DEFAULT_CACHE_TOKENS,
-            )
-            if self.settings.quantum is not None:
-                up.queue.policy.set_quantum(self.settings.quantum)
-        elif not wants_queue and up.queue is not None and up.queue.outstanding == 0:
-            up.queue = None
-        if up.extension and self.prober is not None:
-            self.settings.forget(up.url)  # a restarted worker runs its own default
-            if self.settings.quantum is not None:
-                self.spawn(self._forward_quantum(up, self.settings.quantum))
-            else:
-                self.spawn(self._read_worker_quantum(up))
-            for client, weight in self.settings.live_weights.items():
-                self.spawn(self._forward_weight(up, client, weight))
-
-    def _worker_down(self, up: Upstream) -> None:
-        """Requests still waiting for the worker's first answer byte fail now (their
-        handlers retry them elsewhere) instead of waiting for a worker judged gone;
-        answers already under way go on."""
-        if up.pool is not None:
-            up.pool.fail_unanswered(f"the worker was ejected: {up.last_error}")
+        """Passive outlier detection (see ``HealthLoop.answer_failed``)."""
+        self.health.answer_failed(worker, reason, unreachable)
 
     async def poll_evictions(self) -> None:
-        assert self.session is not None
-        for up in list(self.upstreams.values()):
-            if up.healthy and up.extension:
-                try:
-                    await poll_evictions(
-                        self.session,
-                        up,
-                        self.dispatcher.on_evict,
-                        self.config.health_timeout_s,
-                        self.config.admin_token,
-                    )
-                except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-                    log.debug("eviction poll of %s failed: %s", up.url, exc)
+        await self.caches.poll()
 
     def bound_tree(self, worker: str) -> None:
-        """Approximate LRU bound of the global tree per worker: its KV capacity for a worker
-        without an eviction feed; twice that for one with a feed, whose evictions keep the
-        tree right except for prefixes the worker never cached (a request aborted while it
-        waited), which no eviction will ever remove. A worker that reports no capacity (a
-        stock engine) is bounded as its fair queue is, by ``DEFAULT_CACHE_TOKENS``: without
-        a bound every distinct prompt stayed in the tree for good."""
-        up = self.upstreams[worker]
-        prefixes = getattr(self.dispatcher, "prefixes", None)
-        if prefixes is None:
-            return
-        capacity = up.max_total_tokens or DEFAULT_CACHE_TOKENS
-        limit = capacity * (FED_TREE_SLACK if up.extension else 1)
-        tree = prefixes.tree
-        if tree.owner_tokens(worker) > limit:
-            tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK))
+        """Bound what the tree believes ``worker`` caches (see ``WorkerCaches``)."""
+        self.caches.bound_tree(worker)
 
     async def _sample(self) -> None:
         self.accounting.sample(time.monotonic())
@@ -418,37 +323,11 @@ class Router:
     # ------------------------------------------------------------------ quanta
     def routed_extension(self, url: str) -> bool:
         """``url`` is a healthy worker with the fairserve extension."""
-        up = self.upstreams.get(url)
-        return up is not None and up.healthy and bool(up.extension)
+        return self.pushes.routed_extension(url)
 
     async def refresh_worker_quanta(self) -> None:
-        """Read Q^u from healthy workers with the extension whose value is not known yet
-        (a worker that came up a moment ago)."""
-        missing = [
-            up
-            for url, up in self.upstreams.items()
-            if self.routed_extension(url) and url not in self.settings.worker_quanta
-        ]
-        if missing and self.session is not None:
-            await asyncio.gather(*(self._read_worker_quantum(up) for up in missing))
-
-    async def _read_worker_quantum(self, up: Upstream) -> None:
-        assert self.session is not None
-        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
-        try:
-            async with self.session.get(
-                up.extension_base + paths.WORKER_QUANTUM, timeout=timeout
-            ) as resp:
-                body = await resp.json(content_type=None) if resp.status == 200 else None
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            log.debug("could not read the quantum of worker %s: %s", up.url, exc)
-            return
-        if not isinstance(body, dict):
-            return
-        value = body.get("quantum")  # null: the worker's policy has no quantum
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            value = None
-        self.settings.reported(up.url, None if value is None else float(value))
+        """Read Q^u from workers with the extension whose value is not known yet."""
+        await self.pushes.refresh_quanta()
 
     async def set_quanta(self, worker_quantum: float | None, quantum: float | None) -> list[str]:
         """Set Q^w (dispatcher) and/or Q^u (router queues and workers with the extension).
@@ -459,22 +338,10 @@ class Router:
         errors: list[str] = []
         if quantum is not None:
             self.settings.set_quantum(quantum)
-            targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
-            results = await asyncio.gather(*(self._forward_quantum(up, quantum) for up in targets))
-            errors = [e for e in results if e]
+            errors = await self.pushes.push_quantum(quantum)
         if worker_quantum is not None or quantum is not None:
             self._save()
         return errors
-
-    async def _forward_quantum(self, up: Upstream, quantum: float) -> str | None:
-        assert self.prober is not None
-        error = await self.prober.put_quantum(up, quantum)
-        if error:
-            log.warning("could not set the quantum of worker %s", error)
-            self.settings.forget(up.url)
-        else:
-            self.settings.reported(up.url, quantum)
-        return error
 
     # ------------------------------------------------------------------ weights
     async def set_weight(self, client: str, weight: float) -> dict[str, Any]:
@@ -485,38 +352,12 @@ class Router:
         Workers without a weights endpoint keep their weights; they are listed under
         ``workers`` as ``unsupported``."""
         previous = self.settings.set_weight(client, weight)
-        queues = sum(1 for up in self.upstreams.values() if up.queue is not None)
+        queues = self.queues.count()
         self._save()
-        targets = [up for up in self.upstreams.values() if up.healthy and up.extension]
-        pushes = await asyncio.gather(*(self._forward_weight(up, client, weight) for up in targets))
         return {
             "client": client,
             "weight": weight,
             "previous": previous,
             "router_queues": queues,
-            "workers": dict(pushes),
+            "workers": await self.pushes.push_weight(client, weight),
         }
-
-    async def _forward_weight(self, up: Upstream, client: str, weight: float) -> tuple[str, str]:
-        """(url, ``ok`` | ``unsupported`` | the error): 404/405 mean a worker without the
-        weights endpoint (a stock engine, an older fairserve worker)."""
-        assert self.session is not None
-        token = self.config.admin_token
-        headers = admin_headers(token)
-        try:
-            async with self.session.put(
-                up.extension_base + paths.WORKER_WEIGHTS,
-                json={"client": client, "weight": weight},
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.config.health_timeout_s),
-            ) as resp:
-                text = await resp.text()
-                status = resp.status
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            text, status = str(exc) or type(exc).__name__, 0
-        if status == 200:
-            return up.url, "ok"
-        if status in (404, 405):
-            return up.url, "unsupported"
-        log.warning("could not set the weight of %r on worker %s: %s", client, up.url, text)
-        return up.url, f"{status or 'unreachable'}: {text[:200]}"
