@@ -35,7 +35,8 @@ from fairserve.router.lifecycle import Lifecycle
 from fairserve.router.metrics import RouterMetrics
 from fairserve.router.pushes import WorkerPushes
 from fairserve.router.queues import ROUTER_JUSTITIA_STEPS_PER_S as ROUTER_JUSTITIA_STEPS_PER_S
-from fairserve.router.queues import RouterQueues, build_queue_policy
+from fairserve.router.queues import RouterQueues
+from fairserve.router.queues import build_queue_policy as build_queue_policy
 from fairserve.router.settings import FairnessSettings, default_quantum
 from fairserve.router.upstream import Upstream, every
 from fairserve.sched.dispatch.base import Dispatcher
