@@ -26,7 +26,7 @@ from fairserve.core.metrics import ServiceSample, max_service_gap
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy, MemoryPatience
 from fairserve.sched.local.vtc import VTC
-from fairserve.sched.params import MEMORY_PATIENCE
+from fairserve.sched.params import MEMORY_PATIENCE, Params
 from fairserve.sched.registry import make_local_policy
 from fairserve.sim.engine import Engine, EngineConfig
 from fairserve.sim.profile import resolve_profile
@@ -207,13 +207,18 @@ def test_vtc_skips_then_holds_memory_for_the_least_served_client() -> None:
     assert policy.patience is not None and not policy.patience.hold
 
 
+@dataclass(frozen=True, slots=True)
+class PatienceParams(Params):
+    memory_patience: int = MEMORY_PATIENCE.field()
+
+
 class PatientFCFS(LocalPolicy):
     """FCFS through the generic select loop, with the shared memory patience (what
     Justitia gets by declaring ``memory_patience``)."""
 
     name = "patient-fcfs"
     description = "test policy"
-    params = (MEMORY_PATIENCE,)
+    config: PatienceParams
 
 
 def test_the_generic_select_loop_honours_the_patience() -> None:

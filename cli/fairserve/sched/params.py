@@ -1,15 +1,20 @@
 """Declared parameters of policies and dispatchers.
 
-Each policy declares its parameters once; the same declaration validates constructor
-arguments (no silent defaults for bad values), feeds ``fairserve policies`` and the CLI help.
+Each policy declares its parameters once, as the fields of a frozen dataclass (a
+:class:`Params` subclass, see :func:`param`): the fields give the policy a typed parameter
+object (``self.config.quantum``, checked by mypy) and, read back as :class:`Param`
+declarations, validate constructor arguments (no silent defaults for bad values) and feed
+``fairserve policies``, ``--param`` and the CLI help.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Self
 
 from fairserve.core.errors import ConfigError
 
@@ -84,6 +89,11 @@ class Param:
         if not self.exclusive_minimum and number < self.minimum:
             raise ConfigError(f"{label} must be >= {self.minimum:g}, got {number:g}")
 
+    def field(self) -> Any:
+        """This declaration as a field of a :class:`Params` dataclass, for a parameter that
+        several policies share (the field's name and annotation must be this one's)."""
+        return dataclasses.field(default=self.default, metadata={_DECLARATION: self})
+
     def describe(self) -> dict[str, Any]:
         """JSON-able description for ``fairserve policies --json``."""
         default = self.default
@@ -117,6 +127,101 @@ def resolve_params(
         name: p.validate(owner, given[name]) if name in given else p.default
         for name, p in known.items()
     }
+
+
+_DECLARATION = "fairserve.param"
+"""The key under which a :class:`Params` field's metadata holds its declaration."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What :func:`param` records of a field: the rest of a :class:`Param` comes from the
+    field itself (name, annotation, default)."""
+
+    description: str
+    minimum: float | None
+    exclusive_minimum: bool
+    allow_inf: bool
+
+
+def param(
+    default: Any,
+    description: str,
+    *,
+    minimum: float | None = None,
+    exclusive_minimum: bool = False,
+    allow_inf: bool = False,
+) -> Any:
+    """Declare a parameter as a field of a :class:`Params` dataclass: the field's name is
+    the parameter's name and its annotation the type (``int``, ``float``, ``bool``, or a
+    ``Literal`` of strings, whose values are the choices)."""
+    limits = _Limits(description, minimum, exclusive_minimum, allow_inf)
+    return dataclasses.field(default=default, metadata={_DECLARATION: limits})
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Base of every policy's and dispatcher's typed parameters: a frozen dataclass whose
+    fields, declared with :func:`param` or :meth:`Param.field`, are the declarations. This
+    base declares none (policies without parameters use it as it is)."""
+
+    @classmethod
+    def declared(cls) -> tuple[Param, ...]:
+        """The fields as :class:`Param` declarations, in field order."""
+        return _declarations(cls)
+
+    @classmethod
+    def resolve(cls, owner: str, given: Mapping[str, Any]) -> Self:
+        """The parameters ``given`` by name, validated, the others at their defaults;
+        unknown names are an error (``owner`` starts the messages)."""
+        return cls(**resolve_params(owner, cls.declared(), given))
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{name: value}`` in declaration order (snapshots, JSON)."""
+        return {p.name: getattr(self, p.name) for p in self.declared()}
+
+
+_DECLARED: dict[type[Params], tuple[Param, ...]] = {}
+"""Each class's declarations, read once (reading resolves its annotations)."""
+
+
+def _declarations(cls: type[Params]) -> tuple[Param, ...]:
+    declared = _DECLARED.get(cls)
+    if declared is None:
+        hints = typing.get_type_hints(cls)
+        fields = dataclasses.fields(cls)
+        declared = _DECLARED[cls] = tuple(_declaration(cls, f, hints[f.name]) for f in fields)
+    return declared
+
+
+def _declaration(cls: type, field: dataclasses.Field[Any], annotation: Any) -> Param:
+    """A field read back as its :class:`Param`; a shared declaration must agree with the
+    field it stands in (name, type, choices), so that the two cannot drift apart."""
+    where = f"{cls.__qualname__}.{field.name}"
+    if typing.get_origin(annotation) is Literal:
+        kind: type = str
+        choices = tuple(str(c) for c in typing.get_args(annotation))
+    elif annotation in (int, float, bool):
+        kind, choices = annotation, ()
+    else:
+        raise TypeError(f"{where}: a parameter is an int, float, bool or Literal of strings")
+    spec = field.metadata.get(_DECLARATION)
+    if isinstance(spec, Param):
+        if (spec.name, spec.kind, spec.choices) != (field.name, kind, choices):
+            raise TypeError(f"{where}: declared as {spec.name!r} of type {spec.kind.__name__}")
+        return spec
+    if not isinstance(spec, _Limits):
+        raise TypeError(f"{where}: declare it with param(...) or a shared Param's .field()")
+    return Param(
+        field.name,
+        kind,
+        field.default,
+        spec.description,
+        minimum=spec.minimum,
+        exclusive_minimum=spec.exclusive_minimum,
+        allow_inf=spec.allow_inf,
+        choices=choices,
+    )
 
 
 QUANTUM = Param(

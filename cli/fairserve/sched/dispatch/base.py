@@ -6,34 +6,35 @@
   the global radix tree. ``dispatch`` is ``choose`` followed by ``on_dispatch``.
 * ``on_finish(req, worker, output_tokens)`` when the worker finished the request;
   ``on_abort(req, worker)`` when it left without finishing (failure, client gone).
-* ``on_evict(worker, prefix_key)`` applies a worker's eviction event to the global tree.
+* ``on_evict(worker, prefix_key)`` applies a worker's eviction event to ``prefixes``, the
+  fleet's one cache model (:mod:`~fairserve.sched.dispatch.cache_model`), which every
+  dispatcher holds (a host's fair queues read it whatever the dispatch).
 
 Workers are plain string ids (their URL in the router, ``w0..wN`` in the simulator).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-from fairserve.core.cost import CostModel, WeightedTokenCost
+from fairserve.core.cost import CostModel
 from fairserve.core.errors import ConfigError, FairserveError, UnknownNameError
-from fairserve.core.types import Request, validate_weight
+from fairserve.core.types import Request
+from fairserve.sched.base import Scheduler
+from fairserve.sched.dispatch.cache_model import CacheModel
 from fairserve.sched.named import NamedClasses
-from fairserve.sched.params import Param, resolve_params
 
 
 class NoWorkerAvailable(FairserveError):
     """No healthy worker can take a request; hosts answer 503."""
 
 
-class Dispatcher(ABC):
+class Dispatcher(Scheduler):
     """Base class: worker set, outstanding counts and tokens, weights, ``dispatch``."""
 
-    name: ClassVar[str]
-    description: ClassVar[str]
-    params: ClassVar[tuple[Param, ...]] = ()
+    kind = "dispatcher"
 
     def __init__(
         self,
@@ -43,17 +44,13 @@ class Dispatcher(ABC):
         weights: Mapping[str, float] | None = None,
         **params: Any,
     ) -> None:
-        self.p: dict[str, Any] = resolve_params(f"dispatcher {self.name}", self.params, params)
-        self.cost: CostModel = cost or WeightedTokenCost(
-            w_e=self.p.get("w_e", 1.0), w_q=self.p.get("w_q", 2.0)
-        )
-        self.weights: dict[str, float] = {}
-        for client, weight in (weights or {}).items():
-            self.set_weight(client, weight)
+        super().__init__(cost=cost, weights=weights, params=params)
         self.workers: list[str] = []
         self.outstanding: dict[str, int] = {}
         self.outstanding_tokens: dict[str, int] = {}
         self.dispatched: dict[str, int] = {}
+        self.prefixes = CacheModel()
+        """Which worker caches which prompt prefix (a subclass may build it bounded)."""
         self._init_state()
         for worker in workers:
             self.add_worker(worker)
@@ -73,24 +70,8 @@ class Dispatcher(ABC):
         self.workers.remove(worker)
         for table in (self.outstanding, self.outstanding_tokens, self.dispatched):
             del table[worker]
+        self.prefixes.forget(worker)
         self._worker_removed(worker)
-
-    # ------------------------------------------------------------ configuration
-    def weight(self, client: str) -> float:
-        return self.weights.get(client, 1.0)
-
-    def set_weight(self, client: str, weight: float) -> None:
-        validate_weight(client, weight)
-        self.weights[client] = float(weight)
-
-    @property
-    def quantum(self) -> float | None:
-        """The per-worker quantum Q^w, or None for dispatchers without one."""
-        return None
-
-    def set_quantum(self, quantum: float) -> None:
-        """Set Q^w live; takes effect at the next dispatch."""
-        raise ConfigError(f"dispatcher {self.name} has no quantum")
 
     # ------------------------------------------------------------ events
     def dispatch(self, req: Request, available: Collection[str] | None = None) -> str:
@@ -118,14 +99,16 @@ class Dispatcher(ABC):
         self._aborted(req, worker)
 
     def on_evict(self, worker: str, prefix_key: bytes) -> None:
-        """A worker evicted ``prefix_key`` from its cache (no-op without a global tree)."""
+        """A worker evicted ``prefix_key`` from its cache (``b""``: all of it)."""
+        self._known(worker)
+        self.prefixes.evicted(worker, prefix_key)
 
     def snapshot(self, clients: Collection[str] | None = None) -> dict[str, Any]:
         """The dispatcher's state; per-client entries only for ``clients`` when given (a
         router tracks up to 10,000 clients and its state read shows the busiest few)."""
         return {
             "dispatch": self.name,
-            "params": dict(self.p),
+            "params": self.config.as_dict(),
             "quantum": self.quantum,
             "workers": {
                 w: {
@@ -145,7 +128,7 @@ class Dispatcher(ABC):
         """Pick one of ``candidates`` (non-empty, in worker order)."""
 
     def _init_state(self) -> None:
-        """Set up subclass state; runs after ``self.p`` is resolved, before workers are added
+        """Set up subclass state; runs after ``self.config`` is resolved, before workers are added
         (``_worker_added`` may need it), so subclasses need no constructor of their own."""
 
     def _dispatched(self, req: Request, worker: str) -> None: ...

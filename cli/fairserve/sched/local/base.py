@@ -28,16 +28,16 @@ policy state; ``tests/sched/test_local_decide.py``), without asking about the re
 
 from __future__ import annotations
 
-from abc import ABC
 from collections.abc import Callable, Generator, Mapping, Sequence
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any
 
-from fairserve.core.cost import CostModel, WeightedTokenCost
+from fairserve.core.cost import CostModel
 from fairserve.core.errors import ConfigError
-from fairserve.core.types import Request, validate_weight
+from fairserve.core.types import Request
+from fairserve.sched.base import Scheduler
 from fairserve.sched.named import NamedClasses
-from fairserve.sched.params import Param, resolve_params
+from fairserve.sched.params import MEMORY_PATIENCE
 
 CanFit = Callable[[Request], bool]
 MatchLen = Callable[[Request], int]
@@ -77,12 +77,10 @@ def drive(decision: Decision, can_fit: CanFit) -> list[Request]:
         return admitted
 
 
-class LocalPolicy(ABC):
+class LocalPolicy(Scheduler):
     """Base class: waiting counts, per-client service and weights, the generic select loop."""
 
-    name: ClassVar[str]
-    description: ClassVar[str]
-    params: ClassVar[tuple[Param, ...]] = ()
+    kind = "policy"
 
     def __init__(
         self,
@@ -91,38 +89,15 @@ class LocalPolicy(ABC):
         weights: Mapping[str, float] | None = None,
         **params: Any,
     ) -> None:
-        self.p: dict[str, Any] = resolve_params(f"policy {self.name}", self.params, params)
-        self.cost: CostModel = cost or WeightedTokenCost(
-            w_e=self.p.get("w_e", 1.0), w_q=self.p.get("w_q", 2.0)
-        )
-        self.weights: dict[str, float] = {}
-        for client, weight in (weights or {}).items():
-            self.set_weight(client, weight)
+        super().__init__(cost=cost, weights=weights, params=params)
         self.waiting: dict[str, int] = {}
         self.service: dict[str, float] = {}
         self._estimated_extend: dict[int, int] = {}
+        patience: int | None = getattr(self.config, MEMORY_PATIENCE.name, None)
         self.patience: MemoryPatience | None = (
-            MemoryPatience(self.p["memory_patience"]) if "memory_patience" in self.p else None
+            None if patience is None else MemoryPatience(patience)
         )
         """Set when the policy declares ``memory_patience`` (see :class:`MemoryPatience`)."""
-
-    # ------------------------------------------------------------ configuration
-    def weight(self, client: str) -> float:
-        return self.weights.get(client, 1.0)
-
-    def set_weight(self, client: str, weight: float) -> None:
-        """Change a client's weight live; zero or negative weights are refused."""
-        validate_weight(client, weight)
-        self.weights[client] = float(weight)
-
-    @property
-    def quantum(self) -> float | None:
-        """The deficit quantum Q^u, or None for policies without one."""
-        return None
-
-    def set_quantum(self, quantum: float) -> None:
-        """Set Q^u live; takes effect at the next batching decision."""
-        raise ConfigError(f"policy {self.name} has no quantum")
 
     # ------------------------------------------------------------ events
     def on_arrival(self, req: Request, now_s: float) -> None:
@@ -266,7 +241,7 @@ class LocalPolicy(ABC):
         }
         out: dict[str, Any] = {
             "policy": self.name,
-            "params": dict(self.p),
+            "params": self.config.as_dict(),
             "quantum": self.quantum,
             "cost": self.cost.name,
             "clients": clients,

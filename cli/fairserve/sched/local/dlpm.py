@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fairserve.core.radix_node import common_tokens
@@ -69,22 +70,26 @@ from fairserve.sched.local.base import (
 )
 from fairserve.sched.local.dlpm_pass import DecisionState
 from fairserve.sched.local.lpm import lpm_sorted
-from fairserve.sched.params import QUANTUM, W_E, W_Q, Param
+from fairserve.sched.params import QUANTUM, W_E, W_Q, Params, param
 
-WORK_CONSERVING = Param(
-    "work_conserving",
-    bool,
-    True,
-    "admit what still fits after the deficit passes (false: Algorithm 1 exactly, may idle)",
-)
-FILL_PATIENCE = Param(
-    "fill_patience",
-    int,
-    8,
-    "decisions a client with credit may stay blocked on memory before the fill pauses "
-    "so freed memory goes to it (0: pause at once)",
-    minimum=0,
-)
+
+@dataclass(frozen=True, slots=True)
+class DLPMParams(Params):
+    """Algorithm 1's quantum and costs, and the work-conservation refinement's switches."""
+
+    quantum: float = QUANTUM.field()
+    w_e: float = W_E.field()
+    w_q: float = W_Q.field()
+    work_conserving: bool = param(
+        True,
+        "admit what still fits after the deficit passes (false: Algorithm 1 exactly, may idle)",
+    )
+    fill_patience: int = param(
+        8,
+        "decisions a client with credit may stay blocked on memory before the fill pauses "
+        "so freed memory goes to it (0: pause at once)",
+        minimum=0,
+    )
 
 
 CREDIT_BLOCKED = "clients with credit"
@@ -97,14 +102,13 @@ class DLPM(LocalPolicy):
 
     name = "dlpm"
     description = "deficit longest prefix match: LPM cache reuse with a per-client quantum"
-    params = (QUANTUM, W_E, W_Q, WORK_CONSERVING, FILL_PATIENCE)
+    config: DLPMParams
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._quantum: float = float(self.p["quantum"])
         self.deficits: dict[str, float] = {}
         self.refills = 0
-        self.patience = self._fill_patience = MemoryPatience(self.p["fill_patience"])
+        self.patience = self._fill_patience = MemoryPatience(self.config.fill_patience)
         """The shared memory patience, fed with "a client with credit is blocked" (any
         of them, bypassed or not: DLPM's original fill patience, so its records stay as
         they were)."""
@@ -117,7 +121,7 @@ class DLPM(LocalPolicy):
     # ------------------------------------------------------------ configuration
     @property
     def quantum(self) -> float:
-        return self._quantum
+        return self.config.quantum
 
     def set_quantum(self, quantum: float) -> None:
         """Set ``Q^u`` live; the next refill (next decision at the latest) uses it.
@@ -125,11 +129,11 @@ class DLPM(LocalPolicy):
         Lowering it also caps credit already handed out at the new quantum: otherwise a
         client refilled under the old, larger quantum keeps spending it while the others
         (refilled with the new one) wait, which is the opposite of what the operator asked."""
-        self._quantum = float(QUANTUM.validate(f"policy {self.name}", quantum))
-        self.p["quantum"] = self._quantum
+        value = float(QUANTUM.validate(f"policy {self.name}", quantum))
+        self.config = replace(self.config, quantum=value)
         for client, q in self.deficits.items():
-            if q > self._quantum:
-                self.deficits[client] = self._quantum
+            if q > value:
+                self.deficits[client] = value
 
     # ------------------------------------------------------------ events
     def _arrive(self, req: Request, now_s: float) -> None:
@@ -174,7 +178,7 @@ class DLPM(LocalPolicy):
             admitted.append(req)
 
         order = lpm_sorted(waiting, matches, matched)
-        fill = self.p["work_conserving"] and not self._fill_patience.hold
+        fill = self.config.work_conserving and not self._fill_patience.hold
         state = DecisionState(order, self.deficits, self._refill, fill, queue=waiting)
         yield from state.run(admit)
         self._fill_patience.decided(CREDIT_BLOCKED if state.credit_blocked else None, bypassed=True)
@@ -202,7 +206,7 @@ class DLPM(LocalPolicy):
         doing the consecutive refills at once gives the same deficits without a visit
         each (only which requests of this pass are skipped differs; they are retried in
         the next pass)."""
-        quantum = self._quantum
+        quantum = self.config.quantum
         rounds = min(math.floor(-self.deficits.get(c, 0.0) / quantum) + 1 for c in candidates)
         rounds = max(1, rounds)
         while True:

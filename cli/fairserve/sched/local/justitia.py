@@ -51,7 +51,7 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fairserve.core.cost import KVTokenTimeCost
 from fairserve.core.errors import ConfigError
@@ -62,73 +62,57 @@ from fairserve.sched.local.predictor import (
     MovingAveragePredictor,
     OraclePredictor,
 )
-from fairserve.sched.params import Param
+from fairserve.sched.params import Params, param
 
-PARAMS = (
-    Param(
-        "kv_capacity_tokens",
-        int,
+
+@dataclass(frozen=True, slots=True)
+class JustitiaParams(Params):
+    """The virtual clock (capacity, units), the demand predictor and when applications end."""
+
+    kv_capacity_tokens: int = param(
         65536,
         "KV cache capacity M in tokens (virtual time advances M/N_t per iteration); hosts "
         "pass their engine's",
         minimum=0,
         exclusive_minimum=True,
-    ),
-    Param(
-        "predictor",
-        str,
+    )
+    predictor: Literal["oracle", "moving-average"] = param(
         "oracle",
         "application demand predictor (oracle: host-given true cost; moving-average: per type)",
-        choices=("oracle", "moving-average"),
-    ),
-    Param(
-        "prior_cost",
-        float,
+    )
+    prior_cost: float = param(
         1e6,
         "moving-average predictor: cost of an application type not seen yet (KV token-time)",
         minimum=0.0,
-    ),
-    Param(
-        "predictor_window",
-        int,
-        16,
-        "moving-average predictor: finished applications averaged per type",
-        minimum=1,
-    ),
-    Param(
-        "clock",
-        str,
+    )
+    predictor_window: int = param(
+        16, "moving-average predictor: finished applications averaged per type", minimum=1
+    )
+    clock: Literal["steps", "seconds"] = param(
         "steps",
         "what virtual time counts: steps (the decode iterations the host reports, the "
         "paper's units) or seconds (now_s times steps_per_s, for hosts reporting no steps)",
-        choices=("steps", "seconds"),
-    ),
-    Param(
-        "steps_per_s",
-        float,
+    )
+    steps_per_s: float = param(
         1.0,
         "clock=seconds: the engine's iterations per second of now_s",
         minimum=0.0,
         exclusive_minimum=True,
-    ),
-    Param(
-        "memory_patience",
-        int,
+    )
+    memory_patience: int = param(
         0,
         "decisions in a row the first call (in priority order) that does not fit may be "
         "bypassed before admissions wait for it (0: the paper's vLLM admission, never)",
         minimum=0,
-    ),
-    Param(
-        "app_idle_s",
-        float,
+    )
+    app_idle_s: float = param(
         30.0,
         "an application with no call outstanding for this long has ended (hosts that "
         "signal ends, like the simulator, pass inf)",
         minimum=0.0,
         allow_inf=True,
-    ),
-)
+    )
+
 
 AppKey = tuple[str, str]
 SNAPSHOT_APPS = 100
@@ -202,7 +186,7 @@ class Justitia(LocalPolicy):
 
     name = "justitia"
     description = "application-level fair queuing on KV token-time (virtual finish order)"
-    params = PARAMS
+    config: JustitiaParams
 
     def __init__(self, *, demand_predictor: DemandPredictor | None = None, **kwargs: Any):
         kwargs["cost"] = kwargs.get("cost") or KVTokenTimeCost()
@@ -211,7 +195,7 @@ class Justitia(LocalPolicy):
         self.vtime = 0.0
         self.iterations = 0.0
         """Engine iterations the virtual clock has run (the paper's time unit)."""
-        self._steps_clock = self.p["clock"] == "steps"
+        self._steps_clock = self.config.clock == "steps"
         self._clock_s: float | None = None
         self._gps: list[tuple[float, int, float, AppKey]] = []  # (F_j, seq, weight, app)
         self._gps_active_weight = 0.0  # N_t, weighted
@@ -223,9 +207,9 @@ class Justitia(LocalPolicy):
         self.delay = DelayStats()
 
     def _make_predictor(self) -> DemandPredictor:
-        if self.p["predictor"] == "oracle":
+        if self.config.predictor == "oracle":
             return OraclePredictor()
-        return MovingAveragePredictor(self.p["prior_cost"], self.p["predictor_window"])
+        return MovingAveragePredictor(self.config.prior_cost, self.config.predictor_window)
 
     # ------------------------------------------------------------ virtual time
     def advance(self, now_s: float) -> float:
@@ -238,13 +222,13 @@ class Justitia(LocalPolicy):
             return self.vtime
         self._clock_s = now_s
         if not self._steps_clock:
-            self.advance_iterations(left_s * self.p["steps_per_s"])
+            self.advance_iterations(left_s * self.config.steps_per_s)
         return self.vtime
 
     def advance_iterations(self, iterations: float) -> float:
         """Eq. 2 over ``iterations`` engine iterations: ``dV = M / N_t`` per iteration,
         piecewise between GPS finishes (``N_t`` drops at each)."""
-        capacity = float(self.p["kv_capacity_tokens"])
+        capacity = float(self.config.kv_capacity_tokens)
         left = iterations
         while left > 0:
             rate = capacity / (self._gps_active_weight if self._gps else 1.0)
@@ -356,7 +340,7 @@ class Justitia(LocalPolicy):
 
     def _expire_idle(self, now_s: float) -> None:
         """End the applications idle for ``app_idle_s`` (hosts that cannot signal ends)."""
-        idle_s = self.p["app_idle_s"]
+        idle_s = self.config.app_idle_s
         while self._idle_since:
             key, since_s = next(iter(self._idle_since.items()))
             if now_s - since_s < idle_s:
@@ -390,7 +374,7 @@ class Justitia(LocalPolicy):
         out["gps_active"] = len(self._gps)
         out["predictor"] = self.predictor.state()
         out["prediction"] = self.prediction.state()
-        out["delay"] = self.delay.state(float(self.p["kv_capacity_tokens"]))
+        out["delay"] = self.delay.state(float(self.config.kv_capacity_tokens))
         apps = sorted(self._apps.values(), key=lambda a: (a.finish_v, a.seq))
         out["apps_total"] = len(apps)
         out["apps_opened"] = self._seq

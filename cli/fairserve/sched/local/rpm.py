@@ -11,24 +11,28 @@ the others are quiet — the waste VTC and DLPM avoid (VTC §1).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from fairserve.core.errors import RequestRejected
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy, register_local
-from fairserve.sched.params import Param
+from fairserve.sched.params import Params, param
 
 WINDOW_S = 60.0
 """Length of the sliding window, seconds (a minute, by the limit's definition)."""
 
-LIMIT_PER_MIN = Param(
-    "limit_per_min",
-    int,
-    60,
-    "requests accepted per client in any sliding 60 s window; more are rejected (429)",
-    minimum=0,
-    exclusive_minimum=True,
-)
+
+@dataclass(frozen=True, slots=True)
+class RPMParams(Params):
+    """The cap."""
+
+    limit_per_min: int = param(
+        60,
+        "requests accepted per client in any sliding 60 s window; more are rejected (429)",
+        minimum=0,
+        exclusive_minimum=True,
+    )
 
 
 @register_local
@@ -37,7 +41,7 @@ class RPM(LocalPolicy):
 
     name = "rpm"
     description = "per-client requests-per-minute cap (excess rejected with 429), then FCFS"
-    params = (LIMIT_PER_MIN,)
+    config: RPMParams
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -48,12 +52,12 @@ class RPM(LocalPolicy):
         """Refuse before the request is counted as waiting (it never enters the queue)."""
         self.service.setdefault(req.client, 0.0)  # a refused client still shows up
         window = self._window(req.client, now_s)
-        if len(window) >= self.p["limit_per_min"]:
+        if len(window) >= self.config.limit_per_min:
             retry_after_s = max(window[0] + WINDOW_S - now_s, 1e-9)
             self.rejected[req.client] = self.rejected.get(req.client, 0) + 1
             raise RequestRejected(
                 req.client,
-                f"over the limit of {self.p['limit_per_min']} requests per minute",
+                f"over the limit of {self.config.limit_per_min} requests per minute",
                 retry_after_s,
             )
         window.append(now_s)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fairserve.core.types import Request
@@ -46,14 +47,19 @@ from fairserve.sched.local.base import (
     MatchLen,
     register_local,
 )
-from fairserve.sched.params import MEMORY_PATIENCE, W_E, W_Q, Param
+from fairserve.sched.params import MEMORY_PATIENCE, W_E, W_Q, Params, param
 
-CHARGE_CACHED = Param(
-    "charge_cached",
-    bool,
-    False,
-    "charge cached prompt tokens to the counter too (the paper's w_p·input)",
-)
+
+@dataclass(frozen=True, slots=True)
+class VTCParams(Params):
+    """Algorithm 2's token weights, what the counter charges, and the memory patience."""
+
+    w_e: float = W_E.field()
+    w_q: float = W_Q.field()
+    charge_cached: bool = param(
+        False, "charge cached prompt tokens to the counter too (the paper's w_p·input)"
+    )
+    memory_patience: int = MEMORY_PATIENCE.field()
 
 
 @register_local
@@ -62,7 +68,7 @@ class VTC(LocalPolicy):
 
     name = "vtc"
     description = "virtual token counter: serve the least-served client, lift returning clients"
-    params = (W_E, W_Q, CHARGE_CACHED, MEMORY_PATIENCE)
+    config: VTCParams
     lift = True
 
     def __init__(self, **kwargs: Any) -> None:
@@ -124,14 +130,14 @@ class VTC(LocalPolicy):
     def _admitted(self, req: Request, extend_tokens: int, now_s: float) -> None:
         if self.waiting.get(req.client, 0) == 0:
             self._last_left = req.client
-        if self.p["charge_cached"]:
+        if self.config.charge_cached:
             self.counters[req.client] += self._cached_charge(req, extend_tokens)
 
     def correct_extend(self, req: Request, extend_tokens: int) -> None:
         """With ``charge_cached`` the counter stays charged for the whole prompt."""
         estimate = self._estimated_extend.get(id(req))
         super().correct_extend(req, extend_tokens)
-        if self.p["charge_cached"] and estimate is not None:
+        if self.config.charge_cached and estimate is not None:
             delta = self.cost.admit_cost(req, extend_tokens) - self.cost.admit_cost(req, estimate)
             self.counters[req.client] -= delta / self.weight(req.client)
 
