@@ -1,6 +1,8 @@
 """Cache-aware dispatch (the Preble / sglang-router family): locality first, no fairness.
 
-A global radix tree records which worker was sent which prompt (owner = worker). When the
+The fleet's cache model (``self.prefixes``, a
+:class:`~fairserve.sched.dispatch.cache_model.CacheModel`) records which worker was sent
+which prompt (owner = worker). When the
 load is balanced and some worker holds at least ``cache_threshold`` of the prompt, the
 request goes to the least loaded of the workers holding the longest match; otherwise to the
 least loaded worker. "Balanced" follows sglang-router: the load is *imbalanced* only when
@@ -8,20 +10,21 @@ least loaded worker. "Balanced" follows sglang-router: the load is *imbalanced* 
 (outstanding requests). Its known failure — one replica keeps winning on cache hits and a
 heavy client hogs it — is what DoubleQ's per-worker quantum answers.
 
-:class:`WorkerPrefixTree` (the global tree with eviction events and an approximate per-worker
-LRU bound) is shared with DoubleQ.
+``max_tree_tokens_per_worker`` bounds each worker's share of that model (DoubleQ too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fairserve.core.errors import ConfigError
-from fairserve.core.radix import OwnerMatch, RadixTree
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
-from fairserve.sched.params import Param
+from fairserve.sched.dispatch.cache_model import LRU_LOW_WATERMARK as LRU_LOW_WATERMARK
+from fairserve.sched.dispatch.cache_model import CacheModel
+from fairserve.sched.params import Param, Params, param
 
 MAX_TREE_TOKENS = Param(
     "max_tree_tokens_per_worker",
@@ -32,69 +35,27 @@ MAX_TREE_TOKENS = Param(
     minimum=0,
 )
 
-LRU_LOW_WATERMARK = 0.9
-"""Share of the bound an over-full worker is trimmed down to: trimming scans that worker's
-leaves, so trimming 10 % below the bound at once keeps the scan off most dispatches."""
 
+@dataclass(frozen=True, slots=True)
+class CacheAwareParams(Params):
+    """sglang-router's thresholds and the global tree's bound."""
 
-class WorkerPrefixTree:
-    """The global tree: which worker caches which prompt prefix (approximately)."""
-
-    def __init__(self, max_tokens_per_worker: int = 0) -> None:
-        if max_tokens_per_worker < 0:
-            raise ConfigError(f"max_tokens_per_worker must be >= 0, got {max_tokens_per_worker}")
-        self.tree = RadixTree()
-        self.max_tokens_per_worker = max_tokens_per_worker
-
-    def match(self, key: bytes) -> OwnerMatch:
-        """Longest prefix of ``key`` any worker holds, and the workers holding all of it."""
-        return self.tree.match_owners(key)
-
-    def record(self, key: bytes, worker: str) -> None:
-        """``worker`` was sent ``key``: it will cache it. Applies the LRU bound if set."""
-        tree = self.tree
-        tree.insert(key, worker)
-        bound = self.max_tokens_per_worker
-        if bound and tree.owner_tokens(worker) > bound:
-            tree.evict_owner_lru(worker, int(bound * LRU_LOW_WATERMARK))
-
-    def evicted(self, worker: str, key: bytes) -> None:
-        """Apply an eviction event reported by ``worker``."""
-        self.tree.remove_owner(key, worker)
-
-    def forget(self, worker: str) -> None:
-        """``worker`` left (or restarted with an empty cache)."""
-        self.tree.remove_owner_everywhere(worker)
-
-    def worker_tokens(self, worker: str) -> int:
-        return self.tree.owner_tokens(worker)
-
-    @property
-    def total_tokens(self) -> int:
-        return self.tree.total_tokens
-
-
-CACHE_THRESHOLD = Param(
-    "cache_threshold",
-    float,
-    0.5,
-    "exploit the cached worker when matched/input tokens is at least this (0..1)",
-    minimum=0.0,
-)
-BALANCE_ABS = Param(
-    "balance_abs_threshold",
-    int,
-    32,
-    "load is imbalanced when max - min outstanding requests exceeds this (and the ratio test)",
-    minimum=0,
-)
-BALANCE_REL = Param(
-    "balance_rel_threshold",
-    float,
-    1.5,
-    "load is imbalanced when max > this x min outstanding requests (and the difference test)",
-    minimum=1.0,
-)
+    cache_threshold: float = param(
+        0.5,
+        "exploit the cached worker when matched/input tokens is at least this (0..1)",
+        minimum=0.0,
+    )
+    balance_abs_threshold: int = param(
+        32,
+        "load is imbalanced when max - min outstanding requests exceeds this (and the ratio test)",
+        minimum=0,
+    )
+    balance_rel_threshold: float = param(
+        1.5,
+        "load is imbalanced when max > this x min outstanding requests (and the difference test)",
+        minimum=1.0,
+    )
+    max_tree_tokens_per_worker: int = MAX_TREE_TOKENS.field()
 
 
 @register_dispatcher
@@ -103,29 +64,30 @@ class CacheAware(Dispatcher):
 
     name = "cache-aware"
     description = "longest cached prefix while load is balanced (Preble/sglang-router, unfair)"
-    params = (CACHE_THRESHOLD, BALANCE_ABS, BALANCE_REL, MAX_TREE_TOKENS)
+    config: CacheAwareParams
 
     def _init_state(self) -> None:
-        if self.p["cache_threshold"] > 1.0:
+        if self.config.cache_threshold > 1.0:
             raise ConfigError(
                 f"dispatcher {self.name}: parameter 'cache_threshold' must be <= 1,"
-                f" got {self.p['cache_threshold']:g}"
+                f" got {self.config.cache_threshold:g}"
             )
-        self.prefixes = WorkerPrefixTree(self.p["max_tree_tokens_per_worker"])
+        self.prefixes = CacheModel(self.config.max_tree_tokens_per_worker)
         self.decisions = {"cache": 0, "balance": 0}
 
     def imbalanced(self, candidates: Sequence[str]) -> bool:
         """sglang-router's test: both the absolute and the relative spread are exceeded."""
         loads = [self.outstanding[w] for w in candidates]
         low, high = min(loads), max(loads)
-        abs_threshold: int = self.p["balance_abs_threshold"]
-        rel_threshold: float = self.p["balance_rel_threshold"]
-        return high - low > abs_threshold and high > rel_threshold * low
+        config = self.config
+        return (
+            high - low > config.balance_abs_threshold and high > config.balance_rel_threshold * low
+        )
 
     def _choose(self, req: Request, candidates: list[str]) -> str:
         if not self.imbalanced(candidates) and req.input_tokens > 0:
             match = self.prefixes.match(req.prompt_key)
-            if match.tokens / req.input_tokens >= self.p["cache_threshold"]:
+            if match.tokens / req.input_tokens >= self.config.cache_threshold:
                 holders = [w for w in candidates if w in match.owners]
                 if holders:
                     self.decisions["cache"] += 1
@@ -134,14 +96,7 @@ class CacheAware(Dispatcher):
         return self.least_outstanding(candidates)
 
     def _dispatched(self, req: Request, worker: str) -> None:
-        self.prefixes.record(req.prompt_key, worker)
-
-    def on_evict(self, worker: str, prefix_key: bytes) -> None:
-        self._known(worker)
-        self.prefixes.evicted(worker, prefix_key)
-
-    def _worker_removed(self, worker: str) -> None:
-        self.prefixes.forget(worker)
+        self.prefixes.dispatched(req.prompt_key, worker)
 
     def _worker_state(self, worker: str) -> dict[str, Any]:
         return {"tree_tokens": self.prefixes.worker_tokens(worker)}

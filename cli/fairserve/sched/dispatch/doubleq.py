@@ -50,13 +50,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher, shown_clients
-from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS, WorkerPrefixTree
-from fairserve.sched.params import W_E, W_Q, Param
+from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS
+from fairserve.sched.dispatch.cache_model import CacheModel
+from fairserve.sched.params import W_E, W_Q, Param, Params
 
 DEFAULT_WORKER_QUANTUM = float(2**23)
 """Service a client may take on its cached worker per round before it must spread."""
@@ -71,6 +73,16 @@ WORKER_QUANTUM = Param(
     exclusive_minimum=True,
     allow_inf=True,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class DoubleQParams(Params):
+    """The per-worker quantum, the cost weights and the global tree's bound."""
+
+    worker_quantum: float = WORKER_QUANTUM.field()
+    w_e: float = W_E.field()
+    w_q: float = W_Q.field()
+    max_tree_tokens_per_worker: int = MAX_TREE_TOKENS.field()
 
 
 def json_number(value: float) -> float | str:
@@ -98,10 +110,10 @@ class DoubleQ(Dispatcher):
 
     name = "doubleq"
     description = "prefix locality bounded by per-client per-worker deficits (DoubleQ, fair)"
-    params = (WORKER_QUANTUM, W_E, W_Q, MAX_TREE_TOKENS)
+    config: DoubleQParams
 
     def _init_state(self) -> None:
-        self.prefixes = WorkerPrefixTree(self.p["max_tree_tokens_per_worker"])
+        self.prefixes = CacheModel(self.config.max_tree_tokens_per_worker)
         self.deficits: dict[str, dict[str, float]] = {}
         """Per client, its per-worker counters; least recently dispatched first."""
         self.refills: dict[str, int] = {}
@@ -112,13 +124,13 @@ class DoubleQ(Dispatcher):
     # ------------------------------------------------------------ quantum
     @property
     def quantum(self) -> float:
-        return float(self.p["worker_quantum"])
+        return self.config.worker_quantum
 
     def set_quantum(self, quantum: float) -> None:
         """Set ``Q^w`` live. Counters left infinite by ``Q^w = inf`` restart at 0, so that
         leaving ``inf`` brings the deficits back into play."""
-        value = WORKER_QUANTUM.validate(f"dispatcher {self.name}", quantum)
-        self.p["worker_quantum"] = value
+        value = float(WORKER_QUANTUM.validate(f"dispatcher {self.name}", quantum))
+        self.config = replace(self.config, worker_quantum=value)
         if math.isinf(value):
             return
         for counters in self.deficits.values():
@@ -165,7 +177,7 @@ class DoubleQ(Dispatcher):
         self.deficits[req.client] = counters  # most recently dispatched last
         counters[worker] -= charge
         self.in_flight[req.client] = self.in_flight.get(req.client, 0) + 1
-        self.prefixes.record(req.prompt_key, worker)
+        self.prefixes.dispatched(req.prompt_key, worker)
         if len(self.deficits) > MAX_CLIENTS:
             self._forget_idle()
 
@@ -207,16 +219,11 @@ class DoubleQ(Dispatcher):
         self.counters(req.client)[worker] -= charge
 
     # ------------------------------------------------------------ tree and workers
-    def on_evict(self, worker: str, prefix_key: bytes) -> None:
-        self._known(worker)
-        self.prefixes.evicted(worker, prefix_key)
-
     def _worker_added(self, worker: str) -> None:
         for counters in self.deficits.values():
             counters[worker] = 0.0
 
     def _worker_removed(self, worker: str) -> None:
-        self.prefixes.forget(worker)
         for counters in self.deficits.values():
             del counters[worker]
 
