@@ -1,6 +1,8 @@
 """Cache-aware dispatch (the Preble / sglang-router family): locality first, no fairness.
 
-A global radix tree records which worker was sent which prompt (owner = worker). When the
+The fleet's cache model (``self.prefixes``, a
+:class:`~fairserve.sched.dispatch.cache_model.CacheModel`) records which worker was sent
+which prompt (owner = worker). When the
 load is balanced and some worker holds at least ``cache_threshold`` of the prompt, the
 request goes to the least loaded of the workers holding the longest match; otherwise to the
 least loaded worker. "Balanced" follows sglang-router: the load is *imbalanced* only when
@@ -8,8 +10,7 @@ least loaded worker. "Balanced" follows sglang-router: the load is *imbalanced* 
 (outstanding requests). Its known failure — one replica keeps winning on cache hits and a
 heavy client hogs it — is what DoubleQ's per-worker quantum answers.
 
-:class:`WorkerPrefixTree` (the global tree with eviction events and an approximate per-worker
-LRU bound) is shared with DoubleQ.
+``max_tree_tokens_per_worker`` bounds each worker's share of that model (DoubleQ too).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairserve.core.errors import ConfigError
-from fairserve.core.radix import OwnerMatch, RadixTree
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher
+from fairserve.sched.dispatch.cache_model import LRU_LOW_WATERMARK as LRU_LOW_WATERMARK
+from fairserve.sched.dispatch.cache_model import CacheModel
 from fairserve.sched.params import Param, Params, param
 
 MAX_TREE_TOKENS = Param(
@@ -32,47 +34,6 @@ MAX_TREE_TOKENS = Param(
     " use when workers report no evictions)",
     minimum=0,
 )
-
-LRU_LOW_WATERMARK = 0.9
-"""Share of the bound an over-full worker is trimmed down to: trimming scans that worker's
-leaves, so trimming 10 % below the bound at once keeps the scan off most dispatches."""
-
-
-class WorkerPrefixTree:
-    """The global tree: which worker caches which prompt prefix (approximately)."""
-
-    def __init__(self, max_tokens_per_worker: int = 0) -> None:
-        if max_tokens_per_worker < 0:
-            raise ConfigError(f"max_tokens_per_worker must be >= 0, got {max_tokens_per_worker}")
-        self.tree = RadixTree()
-        self.max_tokens_per_worker = max_tokens_per_worker
-
-    def match(self, key: bytes) -> OwnerMatch:
-        """Longest prefix of ``key`` any worker holds, and the workers holding all of it."""
-        return self.tree.match_owners(key)
-
-    def record(self, key: bytes, worker: str) -> None:
-        """``worker`` was sent ``key``: it will cache it. Applies the LRU bound if set."""
-        tree = self.tree
-        tree.insert(key, worker)
-        bound = self.max_tokens_per_worker
-        if bound and tree.owner_tokens(worker) > bound:
-            tree.evict_owner_lru(worker, int(bound * LRU_LOW_WATERMARK))
-
-    def evicted(self, worker: str, key: bytes) -> None:
-        """Apply an eviction event reported by ``worker``."""
-        self.tree.remove_owner(key, worker)
-
-    def forget(self, worker: str) -> None:
-        """``worker`` left (or restarted with an empty cache)."""
-        self.tree.remove_owner_everywhere(worker)
-
-    def worker_tokens(self, worker: str) -> int:
-        return self.tree.owner_tokens(worker)
-
-    @property
-    def total_tokens(self) -> int:
-        return self.tree.total_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +72,7 @@ class CacheAware(Dispatcher):
                 f"dispatcher {self.name}: parameter 'cache_threshold' must be <= 1,"
                 f" got {self.config.cache_threshold:g}"
             )
-        self.prefixes = WorkerPrefixTree(self.config.max_tree_tokens_per_worker)
+        self.prefixes = CacheModel(self.config.max_tree_tokens_per_worker)
         self.decisions = {"cache": 0, "balance": 0}
 
     def imbalanced(self, candidates: Sequence[str]) -> bool:
@@ -135,14 +96,7 @@ class CacheAware(Dispatcher):
         return self.least_outstanding(candidates)
 
     def _dispatched(self, req: Request, worker: str) -> None:
-        self.prefixes.record(req.prompt_key, worker)
-
-    def on_evict(self, worker: str, prefix_key: bytes) -> None:
-        self._known(worker)
-        self.prefixes.evicted(worker, prefix_key)
-
-    def _worker_removed(self, worker: str) -> None:
-        self.prefixes.forget(worker)
+        self.prefixes.dispatched(req.prompt_key, worker)
 
     def _worker_state(self, worker: str) -> dict[str, Any]:
         return {"tree_tokens": self.prefixes.worker_tokens(worker)}

@@ -56,7 +56,8 @@ from typing import Any
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher, shown_clients
-from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS, WorkerPrefixTree
+from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS
+from fairserve.sched.dispatch.cache_model import CacheModel
 from fairserve.sched.params import W_E, W_Q, Param, Params
 
 DEFAULT_WORKER_QUANTUM = float(2**23)
@@ -112,7 +113,7 @@ class DoubleQ(Dispatcher):
     config: DoubleQParams
 
     def _init_state(self) -> None:
-        self.prefixes = WorkerPrefixTree(self.config.max_tree_tokens_per_worker)
+        self.prefixes = CacheModel(self.config.max_tree_tokens_per_worker)
         self.deficits: dict[str, dict[str, float]] = {}
         """Per client, its per-worker counters; least recently dispatched first."""
         self.refills: dict[str, int] = {}
@@ -176,7 +177,7 @@ class DoubleQ(Dispatcher):
         self.deficits[req.client] = counters  # most recently dispatched last
         counters[worker] -= charge
         self.in_flight[req.client] = self.in_flight.get(req.client, 0) + 1
-        self.prefixes.record(req.prompt_key, worker)
+        self.prefixes.dispatched(req.prompt_key, worker)
         if len(self.deficits) > MAX_CLIENTS:
             self._forget_idle()
 
@@ -218,16 +219,11 @@ class DoubleQ(Dispatcher):
         self.counters(req.client)[worker] -= charge
 
     # ------------------------------------------------------------ tree and workers
-    def on_evict(self, worker: str, prefix_key: bytes) -> None:
-        self._known(worker)
-        self.prefixes.evicted(worker, prefix_key)
-
     def _worker_added(self, worker: str) -> None:
         for counters in self.deficits.values():
             counters[worker] = 0.0
 
     def _worker_removed(self, worker: str) -> None:
-        self.prefixes.forget(worker)
         for counters in self.deficits.values():
             del counters[worker]
 
