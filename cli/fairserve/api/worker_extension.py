@@ -202,6 +202,8 @@ def handle(request: ExtensionRequest, host: ExtensionHost, rule: AdminRule) -> t
 
 def dispatch(request: ExtensionRequest, host: ExtensionHost, rule: AdminRule) -> Any:
     """The payload of one request; raises ``ApiError`` (404, 405, 401/403, 400...)."""
+    if len(request.body) > MAX_BODY_BYTES:  # a host that could not check before reading
+        raise body_too_large(len(request.body))
     path = request.path
     handler = ROUTES.get((request.method, path))
     if handler is None:

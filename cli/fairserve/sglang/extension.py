@@ -24,18 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
+from fairserve.api import worker_extension as api
 from fairserve.api.auth import is_loopback_host
 from fairserve.api.jsonsafe import dumps
-from fairserve.api.worker_extension import (
-    MAX_BODY_BYTES,
-    AdminRule,
-    EvictionPage,
-    ExtensionRequest,
-    QuantumView,
-    WeightsView,
-    body_too_large,
-    handle,
-)
 from fairserve.core.openai_api import ApiError, error_body
 from fairserve.sglang.control import PolicyChange
 from fairserve.sglang.host import PolicyHost
@@ -97,9 +88,9 @@ class ExtensionServer:
         """(status, JSON payload) for one request, from the shared table."""
         parts = urlsplit(target)
         query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
-        request = ExtensionRequest(method, parts.path, query, headers, body)
-        rule = AdminRule(self.admin_token, is_loopback_host(self.bind_host), ENABLE_HINT)
-        return handle(request, PluginHost(self.policy_host, self.apply_timeout_s), rule)
+        request = api.ExtensionRequest(method, parts.path, query, headers, body)
+        rule = api.AdminRule(self.admin_token, is_loopback_host(self.bind_host), ENABLE_HINT)
+        return api.handle(request, PluginHost(self.policy_host, self.apply_timeout_s), rule)
 
 
 class PluginHost:
@@ -114,25 +105,25 @@ class PluginHost:
     def state(self) -> dict[str, Any]:
         return self.host.state_json()
 
-    def quantum(self) -> QuantumView:
-        return cast(QuantumView, self.host.quantum_json())
+    def quantum(self) -> api.QuantumView:
+        return cast(api.QuantumView, self.host.quantum_json())
 
-    def set_quantum(self, quantum: float) -> QuantumView:
+    def set_quantum(self, quantum: float) -> api.QuantumView:
         value = self.host.check_quantum(quantum)
         self._wait(self.host.controls.submit(value), f"quantum {value:g}")
         return self.quantum()
 
-    def weights(self) -> WeightsView:
-        return cast(WeightsView, self.host.weights_json())
+    def weights(self) -> api.WeightsView:
+        return cast(api.WeightsView, self.host.weights_json())
 
-    def set_weight(self, client: str, weight: float) -> WeightsView:
+    def set_weight(self, client: str, weight: float) -> api.WeightsView:
         value = self.host.check_weight(client, weight)
         change = self.host.controls.submit_weight(client, value)
         self._wait(change, f"weight {value:g} of client {client!r}")
         return self.weights()
 
-    def evictions(self, since: int, limit: int) -> EvictionPage:
-        return cast(EvictionPage, self.host.evictions.read(since, limit))
+    def evictions(self, since: int, limit: int) -> api.EvictionPage:
+        return cast(api.EvictionPage, self.host.evictions.read(since, limit))
 
     def _wait(self, submitted: tuple[PolicyChange, threading.Event], what: str) -> None:
         message, applied = submitted
@@ -190,9 +181,9 @@ def _handler_class(server: ExtensionServer) -> type[BaseHTTPRequestHandler]:
                 message = f"Content-Length: expected a non-negative integer, got {text!r}"
                 raise ApiError(400, message)
             length = int(text)
-            if length > MAX_BODY_BYTES:
+            if length > api.MAX_BODY_BYTES:
                 self.close_connection = True
-                raise body_too_large(length)
+                raise api.body_too_large(length)
             return self.rfile.read(length) if length else b""
 
         def log_message(self, format: str, *args: Any) -> None:

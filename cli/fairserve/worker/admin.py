@@ -17,18 +17,8 @@ from typing import Any, cast
 from aiohttp import web
 
 import fairserve
+from fairserve.api import worker_extension as api
 from fairserve.api.auth import is_loopback_host, require_admin
-from fairserve.api.worker_extension import (
-    MAX_BODY_BYTES,
-    ROUTES,
-    AdminRule,
-    EvictionPage,
-    ExtensionRequest,
-    QuantumView,
-    WeightsView,
-    body_too_large,
-    handle,
-)
 from fairserve.core.openai_api import ApiError, bad_request, parse_json
 from fairserve.worker import responses as r
 from fairserve.worker.generation import RUNTIME
@@ -181,20 +171,18 @@ async def extension(request: web.Request) -> web.Response:
     runtime = _runtime(request)
     query = {name: request.query.getall(name)[-1] for name in request.query}
     length = request.content_length
-    if length is not None and length > MAX_BODY_BYTES:
-        raise body_too_large(length)
+    if length is not None and length > api.MAX_BODY_BYTES:
+        raise api.body_too_large(length)
     body = await request.read() if request.method != "GET" else b""
-    if len(body) > MAX_BODY_BYTES:  # chunked: no Content-Length to check first
-        raise body_too_large(len(body))
-    call = ExtensionRequest(request.method, request.path, query, request.headers, body)
-    rule = AdminRule(runtime.config.admin_token, _loopback_only(request), ENABLE_HINT)
-    status, payload = handle(call, SimulatedHost(runtime), rule)
+    call = api.ExtensionRequest(request.method, request.path, query, request.headers, body)
+    rule = api.AdminRule(runtime.config.admin_token, _loopback_only(request), ENABLE_HINT)
+    status, payload = api.handle(call, SimulatedHost(runtime), rule)
     return json_response(payload, status)
 
 
 def extension_routes() -> list[web.RouteDef]:
     """Every route of the shared table, each served by :func:`extension`."""
-    return [web.route(method, path, extension) for method, path in ROUTES]
+    return [web.route(method, path, extension) for method, path in api.ROUTES]
 
 
 class SimulatedHost:
@@ -208,22 +196,22 @@ class SimulatedHost:
     def state(self) -> dict[str, Any]:
         return {"model_name": self.runtime.config.model_name, **self.runtime.state()}
 
-    def quantum(self) -> QuantumView:
+    def quantum(self) -> api.QuantumView:
         return {"policy": self.policy.name, "quantum": self.policy.quantum}
 
-    def set_quantum(self, quantum: float) -> QuantumView:
+    def set_quantum(self, quantum: float) -> api.QuantumView:
         self.policy.set_quantum(quantum)
         return self.quantum()
 
-    def weights(self) -> WeightsView:
+    def weights(self) -> api.WeightsView:
         return {"policy": self.policy.name, "weights": dict(self.policy.weights)}
 
-    def set_weight(self, client: str, weight: float) -> WeightsView:
+    def set_weight(self, client: str, weight: float) -> api.WeightsView:
         self.policy.set_weight(client, weight)
         return self.weights()
 
-    def evictions(self, since: int, limit: int) -> EvictionPage:
-        return cast(EvictionPage, self.runtime.evictions.read(since, limit))
+    def evictions(self, since: int, limit: int) -> api.EvictionPage:
+        return cast(api.EvictionPage, self.runtime.evictions.read(since, limit))
 
 
 def _loopback_only(request: web.Request) -> bool:
