@@ -14,45 +14,26 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from tests.router.helpers import bind_runner
-from tests.router.stock import answer, chunk
+from tests.router.stock import LoopbackUpstream, answer, chunk
 
 Mode = Literal["ok", "hang", "stall", "html", "garbage", "error"]
 FOREVER_S = 3600.0
 
 
-class FaultyUpstream:
+class FaultyUpstream(LoopbackUpstream):
     def __init__(self, mode: Mode = "ok") -> None:
+        super().__init__("default")
         self.mode: Mode = mode
         self.generations = 0
         """Generation requests that reached it."""
-        self.url = ""
-        self._runner: web.AppRunner | None = None
 
-    async def start(self) -> str:
-        app = web.Application()
-        app.add_routes(
-            [
-                web.post("/v1/chat/completions", self.chat),
-                web.get("/health", self.health),
-                web.get("/v1/models", self.models),
-            ]
-        )
-        self._runner, self.url = await bind_runner(app)
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.shutdown()
-            await self._runner.cleanup()
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/chat/completions", self.chat)]
 
     async def health(self, request: web.Request) -> web.Response:
         if self.mode == "hang":
             await asyncio.sleep(FOREVER_S)
-        return web.json_response({"status": "ok"})
-
-    async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "default"}]})
+        return await super().health(request)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = await request.json()

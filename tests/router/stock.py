@@ -17,31 +17,28 @@ from aiohttp import web
 from tests.router.helpers import bind_runner
 
 
-class StockUpstream:
-    def __init__(self, slots: int = 2, service_s: float = 0.0, model: str = "stock") -> None:
-        self.slots = asyncio.Semaphore(slots)
-        self.service_s = service_s
+class LoopbackUpstream:
+    """An aiohttp upstream on loopback answering ``/health`` and ``/v1/models``; the
+    test upstreams add their generation routes (:meth:`routes`)."""
+
+    def __init__(self, model: str) -> None:
         self.model = model
-        self.seen: list[dict[str, Any]] = []
-        self.clients: list[str | None] = []
         self.url = ""
         self._runner: web.AppRunner | None = None
 
+    def routes(self) -> list[web.RouteDef]:
+        return []
+
     async def start(self) -> str:
         app = web.Application()
-        app.add_routes(
-            [
-                web.post("/v1/completions", self.completion),
-                web.post("/v1/chat/completions", self.completion),
-                web.get("/health", self.health),
-                web.get("/v1/models", self.models),
-            ]
-        )
+        health = [web.get("/health", self.health), web.get("/v1/models", self.models)]
+        app.add_routes([*self.routes(), *health])
         self._runner, self.url = await bind_runner(app)
         return self.url
 
     async def stop(self) -> None:
         if self._runner is not None:
+            await self._runner.shutdown()
             await self._runner.cleanup()
 
     async def health(self, request: web.Request) -> web.Response:
@@ -49,6 +46,21 @@ class StockUpstream:
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model}]})
+
+
+class StockUpstream(LoopbackUpstream):
+    def __init__(self, slots: int = 2, service_s: float = 0.0, model: str = "stock") -> None:
+        super().__init__(model)
+        self.slots = asyncio.Semaphore(slots)
+        self.service_s = service_s
+        self.seen: list[dict[str, Any]] = []
+        self.clients: list[str | None] = []
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/completions", self.completion),
+            web.post("/v1/chat/completions", self.completion),
+        ]
 
     async def completion(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
