@@ -12,10 +12,12 @@ from typing import Protocol
 
 from fairserve.core.types import Request
 from fairserve.router.accounting import NO_USAGE, Accounting, Usage
+from fairserve.router.fairqueue import FairQueue
 from fairserve.router.lifecycle import Call, Subscriber
 from fairserve.router.metrics import RouterMetrics
 from fairserve.router.upstream import Upstream
 from fairserve.sched.dispatch.base import Dispatcher
+from fairserve.sched.dispatch.cache_model import CacheModel
 from fairserve.workloads.trace import TraceWriter
 
 
@@ -43,6 +45,16 @@ def cached_in_key_units(req: Request, usage: Usage) -> int:
     if counted <= 0:
         return 0
     return min(units, round(units * usage.cached_tokens / counted))
+
+
+def share_cache(cache: CacheModel, queue: FairQueue | None, worker: str) -> None:
+    """Make ``worker``'s fair queue (if any) read and record ``cache``, the dispatcher's
+    model, and tell the model whether a queue records ``worker``'s prompts at release.
+    Asked at every dispatch: the router gives a worker a queue, or takes it away, when the
+    worker comes (back) up."""
+    if queue is not None and queue.cache is not cache:
+        queue.attach(cache, worker)
+    cache.queue_in_front(worker, queue is not None)
 
 
 class LedgerFeed(Subscriber):
@@ -97,8 +109,15 @@ class LedgerFeed(Subscriber):
 
 
 class WorkerFeed(Subscriber):
-    """The worker side: the dispatcher's loads and tree, the worker's fair queue, its
-    in-flight count and passive outlier detection (the router's ``answer_failed``).
+    """The worker side: the dispatcher's loads, the fleet's cache model, the worker's fair
+    queue, its in-flight count and passive outlier detection (the router's
+    ``answer_failed``).
+
+    One cache model per fleet: the dispatcher's (``dispatcher.prefixes``, which the worker's
+    eviction feed already prunes) is handed to each worker's fair queue at the worker's
+    dispatches, so both read the same prompts, evictions and bound. A worker with a queue
+    has its prompts recorded when the queue releases them, not at dispatch
+    (:mod:`~fairserve.sched.dispatch.cache_model`).
 
     Reads ``router.dispatcher`` at each event: a test may wrap the dispatcher."""
 
@@ -107,9 +126,11 @@ class WorkerFeed(Subscriber):
 
     def dispatched(self, call: Call, worker: str) -> None:
         router = self.router
-        router.dispatcher.on_dispatch(call.req, worker)
+        dispatcher, up = router.dispatcher, router.upstreams[worker]
+        share_cache(dispatcher.prefixes, up.queue, worker)
+        dispatcher.on_dispatch(call.req, worker)
         router.bound_tree(worker)
-        router.upstreams[worker].in_flight += 1
+        up.in_flight += 1
 
     def released(self, call: Call, worker: str, usage: Usage | None) -> None:
         router = self.router
