@@ -26,30 +26,19 @@ import pytest
 from fairserve.sim.profile import profile_from_toml
 from fairserve.worker.config import max_running_requests
 from tests.cli.conftest import RunCli
+from tests.fakes.profiles import synthetic_profile_toml
 from tests.worker.processes import free_port, wait_http_ok
 
 # Slow steps (0.1 s + 2 ms per token beyond 8) and a KV pool far larger than the batch
 # needs: an unbounded worker would admit every arrival.
-SLOW_PROFILE = """\
-[profile]
-gpu = "Test GPU"
-model = "test/model"
-engine = "sglang"
-date = "2026-01-02"
-source = "synthetic"
-provenance = "slow profile for the overload test"
-
-[batch_time]
-c_s = 0.1
-a_s_per_token = 0.002
-b0_tokens = 8
-attention_s_per_token = 0.0
-step_overhead_s = 0.0
-
-[capacity]
-kv_capacity_tokens = 1000000
-max_batch_tokens = 256
-"""
+SLOW_PROFILE = synthetic_profile_toml(
+    provenance="slow profile for the overload test",
+    c_s=0.1,
+    a_s_per_token=0.002,
+    b0_tokens=8,
+    kv_capacity_tokens=1000000,
+    max_batch_tokens=256,
+)
 PROMPT_TOKENS = 8
 OUTPUT_TOKENS = 32
 OVERLOAD = 4.0

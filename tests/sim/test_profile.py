@@ -30,35 +30,23 @@ from fairserve.sim.profile import (
     shipped_profiles,
     write_profile,
 )
+from tests.fakes.profiles import synthetic_profile_toml
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "reference" / "vidur-profiling"
 REQUIRED = {"a100-llama-3-8b", "a10g-llama-3.2-3b", "h100-llama-2-7b"}
 
-VALID = """\
-[profile]
-gpu = "Test GPU"
-model = "test/model"
-engine = "sglang"
-date = "2026-01-02"
-source = "synthetic"
-provenance = "made up for a test"
-
-[batch_time]
-c_s = 0.01
-a_s_per_token = 5e-05
-b0_tokens = 64
-attention_s_per_token = 1e-07
-step_overhead_s = 0.002
-
-[capacity]
-kv_capacity_tokens = 100000
-max_batch_tokens = 8192
-
-[fit]
-r2 = 0.99
-points = 10
-"""
+VALID = synthetic_profile_toml(
+    provenance="made up for a test",
+    c_s=0.01,
+    a_s_per_token=5e-05,
+    b0_tokens=64,
+    attention_s_per_token=1e-07,
+    step_overhead_s=0.002,
+    kv_capacity_tokens=100000,
+    max_batch_tokens=8192,
+    fit=(0.99, 10),
+)
 
 
 def make_profile(**changes: object) -> Profile:

@@ -21,6 +21,7 @@ from fairserve.sim.profile import Profile, profile_from_toml
 from fairserve.worker.config import WorkerConfig
 from fairserve.worker.runtime import WorkerRuntime
 from fairserve.worker.server import WorkerServer
+from tests.fakes.profiles import synthetic_profile_toml
 
 T = TypeVar("T")
 
@@ -30,26 +31,14 @@ STEP_S = 0.02
 
 
 def profile_toml(kv_capacity_tokens: int = 4096, max_batch_tokens: int = 512) -> str:
-    return f"""\
-[profile]
-gpu = "Test GPU"
-model = "test/model"
-engine = "sglang"
-date = "2026-01-02"
-source = "synthetic"
-provenance = "tiny profile for the worker tests"
-
-[batch_time]
-c_s = {STEP_S}
-a_s_per_token = 1e-05
-b0_tokens = 64
-attention_s_per_token = 0.0
-step_overhead_s = 0.0
-
-[capacity]
-kv_capacity_tokens = {kv_capacity_tokens}
-max_batch_tokens = {max_batch_tokens}
-"""
+    return synthetic_profile_toml(
+        provenance="tiny profile for the worker tests",
+        c_s=STEP_S,
+        a_s_per_token=1e-05,
+        b0_tokens=64,
+        kv_capacity_tokens=kv_capacity_tokens,
+        max_batch_tokens=max_batch_tokens,
+    )
 
 
 def tiny_profile(kv_capacity_tokens: int = 4096) -> Profile:
