@@ -94,6 +94,15 @@ async def post_json(
         return resp.status, await resp.json(content_type=None)
 
 
+async def generate(
+    session: aiohttp.ClientSession, max_new_tokens: int, **fields: Any
+) -> tuple[int, Any]:
+    """``POST /generate`` of a prompt (``input_ids=`` or ``text=``, and any other field of
+    the body) for ``max_new_tokens``: the status and the JSON answer."""
+    sampling = {"sampling_params": {"max_new_tokens": max_new_tokens}}
+    return await post_json(session, "/generate", {**fields, **sampling})
+
+
 async def get_json(session: aiohttp.ClientSession, path: str) -> tuple[int, Any]:
     async with session.get(path) as resp:
         return resp.status, await resp.json(content_type=None)

@@ -14,25 +14,16 @@ import aiohttp
 
 from fairserve.core.openai_api import render_chat
 from fairserve.core.tokenizer import SyntheticOutput, tokenize
-from tests.worker.helpers import (
-    get_json,
-    make_config,
-    post_json,
-    run,
-    runtime_of,
-    serving,
-    sse_events,
-    tiny_profile,
-)
+from tests.worker import helpers
 
 PROMPT = "The quick brown fox jumps over the lazy dog, again and again."
 
 
 def test_generate_returns_text_ids_and_meta_info() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             request = {"text": PROMPT, "sampling_params": {"max_new_tokens": 6}, "rid": "g1"}
-            status, out = await post_json(session, "/generate", request)
+            status, out = await helpers.post_json(session, "/generate", request)
             assert status == 200
             expected = SyntheticOutput("g1", 6)
             assert out["text"] == expected.text(0, 6)
@@ -45,31 +36,31 @@ def test_generate_returns_text_ids_and_meta_info() -> None:
             assert meta["finish_reason"] == {"type": "length", "length": 6}
             assert meta["e2e_latency"] > 0
 
-    run(body())
+    helpers.run(body())
 
 
 def test_a_repeated_prompt_hits_the_prefix_cache() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             request = {"text": PROMPT, "sampling_params": {"max_new_tokens": 2}}
-            _, first = await post_json(session, "/generate", request)
-            _, second = await post_json(session, "/generate", request)
+            _, first = await helpers.post_json(session, "/generate", request)
+            _, second = await helpers.post_json(session, "/generate", request)
             assert first["meta_info"]["cached_tokens"] == 0
             # All but the last prompt token (it is recomputed for its logits, as in SGLang).
             assert second["meta_info"]["cached_tokens"] == len(tokenize(PROMPT)) - 1
 
-    run(body())
+    helpers.run(body())
 
 
 def test_generate_stream_sends_cumulative_text_then_done() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             request: dict[str, Any] = {"input_ids": [1, 2, 3], "stream": True, "rid": "s1"}
             request["sampling_params"] = {"max_new_tokens": 4}
             async with session.post("/generate", json=request) as resp:
                 assert resp.status == 200
                 assert resp.headers["Content-Type"].startswith("text/event-stream")
-                events = await sse_events(resp)
+                events = await helpers.sse_events(resp)
             assert events[-1] == "[DONE]"
             chunks: list[dict[str, Any]] = events[:-1]
             texts = [c["text"] for c in chunks]
@@ -79,25 +70,24 @@ def test_generate_stream_sends_cumulative_text_then_done() -> None:
             assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
             assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
 
-    run(body())
+    helpers.run(body())
 
 
 def test_zero_new_tokens_returns_no_text() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
-            request = {"text": "hi", "sampling_params": {"max_new_tokens": 0}}
-            status, out = await post_json(session, "/generate", request)
+        async with helpers.serving() as (_, session):
+            status, out = await helpers.generate(session, 0, text="hi")
             assert status == 200
             assert (out["text"], out["meta_info"]["completion_tokens"]) == ("", 0)
 
-    run(body())
+    helpers.run(body())
 
 
 def test_completions_with_usage() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             request = {"model": "any", "prompt": PROMPT, "max_tokens": 5, "rid": "c1"}
-            status, out = await post_json(session, "/v1/completions", request)
+            status, out = await helpers.post_json(session, "/v1/completions", request)
             assert status == 200
             assert out["object"] == "text_completion"
             assert out["model"] == "any"
@@ -111,19 +101,19 @@ def test_completions_with_usage() -> None:
                 "total_tokens": prompt + 5,
                 "prompt_tokens_details": {"cached_tokens": 0},
             }
-            _, again = await post_json(session, "/v1/completions", {**request, "rid": "c2"})
+            _, again = await helpers.post_json(session, "/v1/completions", {**request, "rid": "c2"})
             assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt - 1
 
-    run(body())
+    helpers.run(body())
 
 
 def test_completions_stream_sends_deltas_and_usage() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             request = {"prompt": [9, 8, 7], "max_tokens": 3, "stream": True, "rid": "cs"}
             request["stream_options"] = {"include_usage": True}
             async with session.post("/v1/completions", json=request) as resp:
-                events = await sse_events(resp)
+                events = await helpers.sse_events(resp)
             assert events[-1] == "[DONE]"
             usage = events[-2]
             assert usage["choices"] == []
@@ -133,15 +123,15 @@ def test_completions_stream_sends_deltas_and_usage() -> None:
             assert text == SyntheticOutput("cs", 3).text(0, 3)
             assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
-    run(body())
+    helpers.run(body())
 
 
 def test_chat_completion_and_the_next_turn_hits_the_cache() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             messages = [{"role": "user", "content": "Tell me a story."}]
             request = {"messages": messages, "max_tokens": 6, "rid": "t1", "user": "carol"}
-            status, out = await post_json(session, "/v1/chat/completions", request)
+            status, out = await helpers.post_json(session, "/v1/chat/completions", request)
             assert status == 200
             assert out["object"] == "chat.completion"
             answer = out["choices"][0]["message"]
@@ -154,21 +144,21 @@ def test_chat_completion_and_the_next_turn_hits_the_cache() -> None:
             # The next turn quotes the answer: prompt and answer come from the cache.
             turn = {**request, "rid": "t2"}
             turn["messages"] = [*messages, answer, {"role": "user", "content": "Go on."}]
-            _, out2 = await post_json(session, "/v1/chat/completions", turn)
+            _, out2 = await helpers.post_json(session, "/v1/chat/completions", turn)
             assert out2["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt + 6
-            _, state = await get_json(session, "/fairserve/worker/state")
+            _, state = await helpers.get_json(session, "/fairserve/worker/state")
             assert "carol" in state["policy"]["clients"]
 
-    run(body())
+    helpers.run(body())
 
 
 def test_chat_stream_opens_with_the_role_and_ends_with_the_finish() -> None:
     async def body() -> None:
-        async with serving() as (_, session):
+        async with helpers.serving() as (_, session):
             request = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
             request |= {"max_completion_tokens": 3, "rid": "cs1"}
             async with session.post("/v1/chat/completions", json=request) as resp:
-                events = await sse_events(resp)
+                events = await helpers.sse_events(resp)
             assert events[-1] == "[DONE]"
             chunks = events[:-1]
             assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -182,7 +172,7 @@ def test_chat_stream_opens_with_the_role_and_ends_with_the_finish() -> None:
             content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
             assert content == SyntheticOutput("cs1", 3).text(0, 3)[1:]
 
-    run(body())
+    helpers.run(body())
 
 
 HUGE_CONTEXT_TOKENS = 8_000_000
@@ -196,8 +186,8 @@ def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -
     the whole synthetic output first: ~0.4 s of a stalled event loop at 8 M tokens)."""
 
     async def body() -> None:
-        config = make_config(profile=tiny_profile(HUGE_CONTEXT_TOKENS))
-        async with serving(config) as (server, session):
+        config = helpers.make_config(profile=helpers.tiny_profile(HUGE_CONTEXT_TOKENS))
+        async with helpers.serving(config) as (server, session):
             largest = HUGE_CONTEXT_TOKENS - len(tokenize(PROMPT))
             # One pause of the whole process (0.28 s once in a CI rehearsal: a collection
             # of the heap earlier tests left, or another process on two cores) says nothing
@@ -222,16 +212,16 @@ def test_health_answers_within_100_ms_while_the_largest_allowed_requests_run() -
             for k in range(PROBES):  # bounded: one every 20 ms
                 due_s = start_s + 0.02 * k
                 await asyncio.sleep(max(0.0, due_s - time.perf_counter()))
-                status, _ = await get_json(session, "/health")
+                status, _ = await helpers.get_json(session, "/health")
                 latencies_s.append(time.perf_counter() - due_s)
                 assert status == 200
-            assert runtime_of(server).in_flight() >= 1, "the huge requests did not run"
+            assert helpers.runtime_of(server).in_flight() >= 1, "the huge requests did not run"
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             assert sorted(latencies_s)[math.ceil(0.99 * len(latencies_s)) - 1] < 0.1, latencies_s
 
     try:
-        run(body())
+        helpers.run(body())
     finally:
         gc.unfreeze()
