@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairserve.commands import router as command
 from fairserve.router import config
-from fairserve.router.accounting import Usage
+from fairserve.router.accounting import Accounting, Usage
 from fairserve.router.metrics import RouterMetrics
 from tests.router.helpers import chat, get_json, post, sim_router
 from tests.router.test_command import _ready_url, _router
@@ -32,10 +32,13 @@ def _service_by_client(text: str) -> dict[str, float]:
 
 
 def test_client_labels_are_capped_with_an_other_bucket() -> None:
-    metrics = RouterMetrics(max_clients=2, known_clients=["vip"])
+    accounting = Accounting({"vip": 1.0}, labels=2)  # the metrics read its label totals
     for name in ("a", "b", "c", "d", "vip", "other"):
-        metrics.finished(name, 10.0, Usage(3, 0, 2), 0.02, 0.01)
-    metrics.ended("e", "aborted")
+        accounting.arrived(name, 0.0, 0.0)
+        accounting.finished(name, "w", 0.0, Usage(4, 0, 3), 0.02, 0.01, 0.0)  # service 10
+    accounting.arrived("e", 0.0, 0.0)
+    accounting.ended("e", 0.0, "aborted")
+    metrics = RouterMetrics(accounting)
     text = metrics.render({"clients": {}, "workers": [], "jain_index": 1.0}).decode()
     # a and b were first; c, d, e (and a client literally named "other") share "other".
     assert _service_by_client(text) == {"vip": 10.0, "a": 10.0, "b": 10.0, "other": 30.0}

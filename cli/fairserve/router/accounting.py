@@ -11,12 +11,20 @@ Fairness figures (Jain's index, the service gap, rates) come from the sliding-wi
 :class:`~fairserve.core.ledger.ServiceLedger`, never from the whole uptime. Latency and TTFT
 percentiles come from a bounded window of recent requests. The number of clients tracked is
 bounded (``max_clients``): beyond it, the least recently seen idle client is forgotten.
+
+**Prometheus counters** (``router.metrics`` renders them at scrape time, keeping no count
+of its own) must only go up, so they cannot be read off clients that may be forgotten.
+Each client counts, besides its own figures, into the :class:`Totals` of its *label*: its
+name for the clients of the clients file and the first ``labels`` other names seen (sticky,
+never re-ranked), ``other`` for the rest. A label's totals outlive the forgetting of its
+clients, and there are at most ``labels`` + the clients file's + 1 of them.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,12 +33,64 @@ from typing import Any, NamedTuple
 from fairserve.core.counters import TokenCounts
 from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowView
 from fairserve.core.metrics import percentile
+from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
 
 RECENT_REQUESTS = 2048
 """Latency/TTFT samples kept per client for percentiles."""
 RATE_WINDOW_S = 60.0
 DEFAULT_MAX_CLIENTS = 10_000
 """Clients tracked at once; past it the least recently seen idle one is forgotten."""
+OTHER = "other"
+"""The label of the clients beyond ``labels``."""
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 300)
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Histogram:
+    """Bucket counts (not cumulative; the last one is ``+Inf``) and the sum."""
+
+    __slots__ = ("bounds", "counts", "total_s")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total_s = 0.0
+
+    def observe(self, value_s: float) -> None:
+        self.counts[bisect_left(self.bounds, value_s)] += 1
+        self.total_s += value_s
+
+
+class Totals:
+    """The cumulative counts of one Prometheus label: requests by outcome, and of the
+    answered requests their final service, tokens, latency and TTFT. Never decrease."""
+
+    __slots__ = ("cached", "completion", "latency", "outcomes", "prompt", "service", "ttft")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.service = 0.0
+        self.prompt = 0
+        self.cached = 0
+        self.completion = 0
+        self.latency = Histogram(LATENCY_BUCKETS_S)
+        self.ttft = Histogram(TTFT_BUCKETS_S)
+
+    def ended(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def answered(
+        self, service: float, usage: Usage, latency_s: float, ttft_s: float | None
+    ) -> None:
+        outcomes = self.outcomes
+        outcomes["finished"] = outcomes.get("finished", 0) + 1
+        self.service += service
+        self.prompt += usage.prompt_tokens
+        self.cached += usage.cached_tokens
+        self.completion += usage.completion_tokens
+        self.latency.observe(latency_s)
+        if ttft_s is not None:
+            self.ttft.observe(ttft_s)
 
 
 @dataclass(slots=True)
@@ -54,6 +114,8 @@ class ClientStats:
     ttfts_s: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     recent: deque[list[float]] = field(default_factory=deque)
     """[second, service, tokens, requests finished] per wall-clock second in the rate window."""
+    label: Totals = field(default_factory=Totals)
+    """The totals of this client's Prometheus label (shared by every client of ``other``)."""
 
     @property
     def queue_depth(self) -> int:
@@ -95,6 +157,7 @@ class Accounting:
         w_e: float = 1.0,
         w_q: float = 2.0,
         max_clients: int = DEFAULT_MAX_CLIENTS,
+        labels: int = DEFAULT_METRICS_MAX_CLIENTS,
     ) -> None:
         self.weights = dict(weights)
         self.w_e, self.w_q = w_e, w_q
@@ -110,15 +173,46 @@ class Accounting:
         """Requests in the router now, over all clients (the router-wide cap counts them)."""
         self.busy = 0
         """Clients with at least one request in the router (the fair share divides by it)."""
+        self.labels = labels
+        self.totals: dict[str, Totals] = {name: Totals() for name in weights}
+        """Label -> its totals: the clients file's names, then the first ``labels`` others."""
+        self._own_labels = 0
+        """Names beyond the clients file that got their own label."""
+        self.other = Totals()
+        """The totals of the label ``other``."""
 
     def client(self, name: str, now_s: float | None = None) -> ClientStats:
         stats = self.clients.get(name)
         if stats is None:
             if len(self.clients) >= self.max_clients:
                 self._forget_one()
-            stats = self.clients[name] = ClientStats(weight=self.weights.get(name, 1.0))
+            stats = self.clients[name] = ClientStats(
+                weight=self.weights.get(name, 1.0), label=self._label(name)
+            )
             self.ledger.add_client(name, stats.weight, time.monotonic() if now_s is None else now_s)
         return stats
+
+    def _label(self, name: str) -> Totals:
+        """The totals ``name`` counts into; a name seen for the first time gets its own
+        label while the cap allows."""
+        totals = self.totals.get(name)
+        if totals is None:
+            if self._own_labels >= self.labels or name == OTHER:
+                return self.other
+            self._own_labels += 1
+            totals = self.totals[name] = Totals()
+        return totals
+
+    def label_of(self, name: str) -> str:
+        """The label ``name`` is counted under (its name, or ``other``)."""
+        return name if name in self.totals else OTHER
+
+    def labelled(self) -> list[tuple[str, Totals]]:
+        """(label, totals) of every label, ``other`` last when it counted anything."""
+        rows = list(self.totals.items())
+        if self.other.outcomes:
+            rows.append((OTHER, self.other))
+        return rows
 
     def _forget_one(self) -> None:
         """Drop the least recently seen idle client (none idle: track one more). ``clients``
@@ -166,7 +260,10 @@ class Accounting:
         return stats
 
     def rejected(self, client: str) -> None:
-        self.client(client).rejected += 1
+        """A request refused at the door (it never arrived)."""
+        stats = self.client(client)
+        stats.rejected += 1
+        stats.label.ended("rejected")
 
     def delivered(
         self, client: str, worker: str, prompt_tokens: int, output_tokens: int, now_s: float
@@ -192,6 +289,7 @@ class Accounting:
             stats.rejected += 1
         else:
             stats.failed += 1
+        stats.label.ended(outcome)
         self.ledger.idle(client, time.monotonic())
 
     def _left(self, stats: ClientStats) -> None:
@@ -237,7 +335,9 @@ class Accounting:
         w.cached_tokens += usage.cached_tokens
         w.output_tokens += output
         self.ledger.idle(client, now_s)
-        return self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
+        service = self.w_e * usage.prompt_tokens + self.w_q * usage.completion_tokens
+        stats.label.answered(service, usage, latency_s, ttft_s)
+        return service
 
     def _credit(
         self,

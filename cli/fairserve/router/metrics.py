@@ -1,27 +1,28 @@
-"""``GET /metrics``: the router's Prometheus text.
+"""``GET /metrics``: the router's Prometheus text, read from the ledger at scrape time.
 
 Per client: requests by outcome, service, tokens, latency and TTFT histograms, queue depth,
 DoubleQ deficits; per worker: outstanding requests, router-side queue, health and cache hit
 rate; and the Jain index. The registry is the router's own (never prometheus-client's
 global one), so several routers in one process (tests, ``launch``) do not clash.
 
-**Cost per request.** The per-client counters and histograms are plain Python numbers
-updated when a request ends (a few additions and one ``bisect``: no lock, no label lookup)
-and turned into metric families only when ``/metrics`` is scraped, by a custom collector.
-Gauges are read from the router's state at scrape time.
+**No second copy of the counts.** The per-client counters and histograms are the
+accounting's label totals (:class:`~fairserve.router.accounting.Totals`, updated where the
+accounting hears each request end), turned into metric families only when ``/metrics`` is
+scraped, by a custom collector; gauges are read from the router's state snapshot then.
 
 **Label cardinality.** Client names come from requests (``X-Fairserve-Client``, the
 OpenAI ``user`` field), so there may be any number of them; each name would be a series in
 every per-client metric. Clients of the clients file always get their own label; of the
 others, the first ``max_clients`` names seen do, and the rest are summed under the label
-``other``. The assignment is sticky (never re-ranked), so every series stays monotonic, as
-Prometheus counters must. The state endpoint still shows every client by name.
+``other``. The assignment is sticky (never re-ranked) and a label's totals outlive the
+accounting's forgetting of idle clients, so every series stays monotonic, as Prometheus
+counters must. The state endpoint still shows every client by name.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from functools import cache
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -32,71 +33,21 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from fairserve.router.accounting import Usage
-from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
+from fairserve.router.accounting import OTHER as OTHER
+from fairserve.router.accounting import Accounting, Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-_LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 300)
-_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
 PREFIX = "fairserve_router_"
-OTHER = "other"
-"""The label of the clients beyond the cap."""
-
-
-class _Histogram:
-    """Bucket counts (not cumulative; the last one is ``+Inf``) and the sum."""
-
-    __slots__ = ("bounds", "counts", "les", "total_s")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.les = (*(repr(float(b)) for b in bounds), "+Inf")
-        self.counts = [0] * (len(bounds) + 1)
-        self.total_s = 0.0
-
-    def observe(self, value_s: float) -> None:
-        self.counts[bisect_left(self.bounds, value_s)] += 1
-        self.total_s += value_s
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for le, count in zip(self.les, self.counts, strict=True):
-            running += count
-            out.append((le, float(running)))
-        return out
-
-
-class _Series:
-    """The counters of one client label."""
-
-    __slots__ = ("cached", "completion", "latency", "outcomes", "prompt", "service", "ttft")
-
-    def __init__(self) -> None:
-        self.outcomes: dict[str, int] = {}
-        self.service = 0.0
-        self.prompt = 0
-        self.cached = 0
-        self.completion = 0
-        self.latency = _Histogram(_LATENCY_BUCKETS_S)
-        self.ttft = _Histogram(_TTFT_BUCKETS_S)
 
 
 class RouterMetrics:
-    """The metrics of one router."""
+    """The metrics of one router, over its accounting."""
 
-    def __init__(
-        self, max_clients: int = DEFAULT_METRICS_MAX_CLIENTS, known_clients: Collection[str] = ()
-    ) -> None:
-        self.max_clients = max_clients
-        self._known = frozenset(known_clients)
-        self._series: dict[str, _Series] = {name: _Series() for name in self._known}
-        self._others = 0
-        """Names beyond the clients file that got their own label."""
-        self._other = _Series()
+    def __init__(self, accounting: Accounting) -> None:
+        self.accounting = accounting
         reg = self.registry = CollectorRegistry(auto_describe=True)
-        reg.register(_ClientCollector(self))
+        reg.register(_ClientCollector(accounting))
         client, worker = ["client"], ["worker"]
         self.queue_depth = Gauge(
             PREFIX + "client_queue_depth", "Requests inside the router.", client, registry=reg
@@ -122,42 +73,9 @@ class RouterMetrics:
         )
         self.jain = Gauge(PREFIX + "jain_index", "Jain index of weighted service.", registry=reg)
 
-    # ------------------------------------------------------------------ per request
-    def finished(
-        self, client: str, service: float, usage: Usage, latency_s: float, ttft_s: float | None
-    ) -> None:
-        series = self._series.get(client) or self._admit(client)
-        outcomes = series.outcomes
-        outcomes["finished"] = outcomes.get("finished", 0) + 1
-        series.service += service
-        series.prompt += usage.prompt_tokens
-        series.cached += usage.cached_tokens
-        series.completion += usage.completion_tokens
-        series.latency.observe(latency_s)
-        if ttft_s is not None:
-            series.ttft.observe(ttft_s)
-
-    def ended(self, client: str, outcome: str) -> None:
-        series = self._series.get(client) or self._admit(client)
-        series.outcomes[outcome] = series.outcomes.get(outcome, 0) + 1
-
     def label(self, client: str) -> str:
         """The label ``client`` is counted under (its name, or ``other``)."""
-        return client if client in self._series else OTHER
-
-    def _admit(self, client: str) -> _Series:
-        """A client seen for the first time: its own series while the cap allows."""
-        if self._others < self.max_clients and client != OTHER:
-            self._others += 1
-            series = self._series[client] = _Series()
-            return series
-        return self._other
-
-    def labelled(self) -> Iterator[tuple[str, _Series]]:
-        """(label, series) of every client label with data, ``other`` last."""
-        yield from self._series.items()
-        if self._other.outcomes:
-            yield OTHER, self._other
+        return self.accounting.label_of(client)
 
     # ------------------------------------------------------------------ scrape
     def render(self, state: Mapping[str, Any]) -> bytes:
@@ -184,10 +102,10 @@ class RouterMetrics:
 
 
 class _ClientCollector(Collector):
-    """The per-client counters and histograms as metric families, built at scrape time."""
+    """The accounting's label totals as metric families, built at scrape time."""
 
-    def __init__(self, metrics: RouterMetrics) -> None:
-        self.metrics = metrics
+    def __init__(self, accounting: Accounting) -> None:
+        self.accounting = accounting
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -209,16 +127,30 @@ class _ClientCollector(Collector):
             "Time to the first output token (streams) or the answer (non-streamed).",
             labels=["client"],
         )
-        for label, s in self.metrics.labelled():
-            for outcome, count in s.outcomes.items():
+        for label, t in self.accounting.labelled():
+            for outcome, count in t.outcomes.items():
                 requests.add_metric([label, outcome], count)
-            service.add_metric([label], s.service)
-            for kind, count in (("prompt", s.prompt), ("cached", s.cached),
-                                ("completion", s.completion)):  # fmt: skip
+            service.add_metric([label], t.service)
+            for kind, count in (("prompt", t.prompt), ("cached", t.cached),
+                                ("completion", t.completion)):  # fmt: skip
                 tokens.add_metric([label, kind], count)
-            latency.add_metric([label], s.latency.buckets(), s.latency.total_s)
-            ttft.add_metric([label], s.ttft.buckets(), s.ttft.total_s)
+            latency.add_metric([label], _buckets(t.latency), t.latency.total_s)
+            ttft.add_metric([label], _buckets(t.ttft), t.ttft.total_s)
         yield from (requests, service, tokens, latency, ttft)
+
+
+@cache
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    return (*(repr(float(b)) for b in bounds), "+Inf")
+
+
+def _buckets(histogram: Histogram) -> list[tuple[str, float]]:
+    """Cumulative (le, count) pairs, as Prometheus histograms are exposed."""
+    out, running = [], 0
+    for le, count in zip(_les(histogram.bounds), histogram.counts, strict=True):
+        running += count
+        out.append((le, float(running)))
+    return out
 
 
 def _number(value: Any) -> float:

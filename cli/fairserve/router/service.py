@@ -29,7 +29,7 @@ from fairserve.router.accounting import Accounting
 from fairserve.router.caches import FED_TREE_SLACK as FED_TREE_SLACK
 from fairserve.router.caches import WorkerCaches
 from fairserve.router.config import RouterConfig
-from fairserve.router.feeds import LedgerFeed, MetricsFeed, TraceFeed, WorkerFeed
+from fairserve.router.feeds import LedgerFeed, TraceFeed, WorkerFeed
 from fairserve.router.health_loop import HealthLoop
 from fairserve.router.lifecycle import Lifecycle
 from fairserve.router.metrics import RouterMetrics
@@ -79,16 +79,13 @@ class Router:
         check_policy(config)
         self.config = config
         self.dispatcher = build_dispatcher(config, config.worker_urls)
-        self.accounting = Accounting(config.weights, config.w_e, config.w_q)
-        self.metrics = RouterMetrics(config.metrics_max_clients, config.weights)
-        self.lifecycle = Lifecycle(
-            [
-                LedgerFeed(self.accounting),
-                WorkerFeed(self),
-                MetricsFeed(self.metrics, self.accounting),
-            ]
+        self.accounting = Accounting(
+            config.weights, config.w_e, config.w_q, labels=config.metrics_max_clients
         )
-        """Every request's events reach the ledger, workers and metrics through here."""
+        self.metrics = RouterMetrics(self.accounting)
+        """Read from the accounting at scrape time (it keeps the counters' totals)."""
+        self.lifecycle = Lifecycle([LedgerFeed(self.accounting), WorkerFeed(self)])
+        """Every request's events reach the ledger and the workers through here."""
         self.upstreams = {
             url: Upstream(url, extension_url=config.extension_urls.get(url))
             for url in config.worker_urls
