@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from fairserve.sim.cluster import ClusterSim, SimConfig
-from fairserve.sim.engine import EngineConfig
+from fairserve.sim.cluster import ClusterSim
 from fairserve.sim.profile import resolve_profile
 from fairserve.workloads import load_builtin
+from tests.sim.runs import profile_config
 
 KV_TOKENS = 45_000
 """(40 GiB x 0.9 - 13.5 GB of fp16 weights) / 0.5 MiB per token: Llama-2-7B on A100-40GB."""
@@ -35,15 +35,9 @@ class Outcome:
 
 @cache
 def outcome(policy: str, **params: Any) -> Outcome:
-    profile = resolve_profile("a100-llama-2-7b")
-    engine = EngineConfig(
+    config = profile_config(
+        resolve_profile("a100-llama-2-7b"),
         kv_capacity_tokens=KV_TOKENS,
-        max_batch_tokens=profile.max_batch_tokens,
-        max_running_requests=profile.max_running_requests,
-    )
-    config = SimConfig(
-        engine=engine,
-        time_model=profile.batch_time(),
         policy=policy,
         dispatch="round-robin",
         workers=1,

@@ -14,11 +14,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from fairserve.sched.registry import dispatchers, local_policies
-from fairserve.sim.cluster import SimConfig, simulate
-from fairserve.sim.engine import BATCHING_DISCIPLINES, EngineConfig
+from fairserve.sim.engine import BATCHING_DISCIPLINES
 from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
-from fairserve.sim.report import build_report
-from fairserve.workloads import resolve_workload
+from tests.sim.runs import profile_config, report_of
 
 RUNS = [
     ("vtc-poisson-short-long", "vtc", "round-robin", {}, 1, "sarathi", 37.3),
@@ -29,7 +27,7 @@ RUNS = [
 ]
 
 
-def report_of(
+def run_report(
     workload: str,
     policy: str,
     dispatch: str,
@@ -38,28 +36,21 @@ def report_of(
     batching: str,
     duration_s: float,
 ) -> dict[str, Any]:
-    profile = resolve_profile(DEFAULT_PROFILE)
-    engine = EngineConfig(
-        kv_capacity_tokens=profile.kv_capacity_tokens,
-        max_batch_tokens=profile.max_batch_tokens,
-        max_running_requests=profile.max_running_requests,
+    config = profile_config(
+        resolve_profile(DEFAULT_PROFILE),
         batching=batching,
-    )
-    config = SimConfig(
-        engine=engine,
-        time_model=profile.batch_time(),
         policy=policy,
         dispatch=dispatch,
         workers=workers,
         policy_params=params,
         duration_s=duration_s,
     )
-    return build_report(simulate(resolve_workload(workload), config))
+    return report_of(workload, config)
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[f"{r[0]}-{r[1]}" for r in RUNS])
 def test_finished_unfinished_rejected_add_up_to_submitted(run: tuple[Any, ...]) -> None:
-    report = report_of(*run)
+    report = run_report(*run)
     for name, client in report["clients"].items():
         accounted = client["requests"] + client["unfinished"] + client["rejected"]
         assert accounted == client["submitted"], name
@@ -93,15 +84,9 @@ def test_conservation_in_every_report(
     duration_s: float,
     drain: bool,
 ) -> None:
-    profile = resolve_profile(DEFAULT_PROFILE)
-    engine = EngineConfig(
-        kv_capacity_tokens=profile.kv_capacity_tokens,
-        max_batch_tokens=profile.max_batch_tokens,
+    config = profile_config(
+        resolve_profile(DEFAULT_PROFILE),
         batching=batching,
-    )
-    config = SimConfig(
-        engine=engine,
-        time_model=profile.batch_time(),
         policy=policy,
         dispatch=dispatch,
         workers=workers,
@@ -109,7 +94,7 @@ def test_conservation_in_every_report(
         duration_s=duration_s,
         drain=drain,
     )
-    report = build_report(simulate(resolve_workload(workload), config))
+    report = report_of(workload, config)
     conservation = report["conservation"]
     assert conservation["holds"], conservation
     assert conservation["finished"] == sum(c["requests"] for c in report["clients"].values())

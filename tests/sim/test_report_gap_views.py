@@ -9,29 +9,17 @@ from typing import Any
 
 import pytest
 
-from fairserve.sim.cluster import SimConfig, simulate
-from fairserve.sim.engine import EngineConfig
 from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
-from fairserve.sim.report import build_report, service_gap_bound
-from fairserve.workloads import resolve_workload
+from fairserve.sim.report import service_gap_bound
+from tests.sim.runs import profile_config, report_of
 
 
-def report_of(workload: str, policy: str, dispatch: str, workers: int) -> dict[str, Any]:
+def run_report(workload: str, policy: str, dispatch: str, workers: int) -> dict[str, Any]:
     profile = resolve_profile(DEFAULT_PROFILE)
-    engine = EngineConfig(
-        kv_capacity_tokens=profile.kv_capacity_tokens,
-        max_batch_tokens=profile.max_batch_tokens,
-        max_running_requests=profile.max_running_requests,
+    config = profile_config(
+        profile, policy=policy, dispatch=dispatch, workers=workers, duration_s=60.0
     )
-    config = SimConfig(
-        engine=engine,
-        time_model=profile.batch_time(),
-        policy=policy,
-        dispatch=dispatch,
-        workers=workers,
-        duration_s=60.0,
-    )
-    return build_report(simulate(resolve_workload(workload), config))
+    return report_of(workload, config)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +33,7 @@ def report_of(workload: str, policy: str, dispatch: str, workers: int) -> dict[s
 def test_extend_view_gap_within_the_bound_and_below_the_client_view(
     policy: str, dispatch: str, workers: int, theorem: str
 ) -> None:
-    report = report_of("long-qa-s1", policy, dispatch, workers)
+    report = run_report("long-qa-s1", policy, dispatch, workers)
     bound = report["service_gap_bound"]
     assert bound["theorem"].startswith(theorem) and bound["view"] == "extend"
     assert 0 < report["max_service_gap_extend"] <= bound["value"]
