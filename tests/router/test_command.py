@@ -6,6 +6,8 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.worker.helpers import write_profile
@@ -32,40 +34,39 @@ def _ready_url(proc: subprocess.Popen[str]) -> tuple[str, list[str]]:
     raise AssertionError(f"router not ready: {''.join(lines)}")
 
 
+@contextmanager
+def router_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+    """``fairserve router ARGS`` as a process: the process, its URL and the lines it wrote
+    until ready. Killed at the end if the test left it running."""
+    proc = spawn(_router(*args))
+    try:
+        url, lines = _ready_url(proc)
+        yield proc, url, lines
+    finally:
+        stop(proc, signal.SIGKILL)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
 def test_router_serves_and_exits_0_on_sigterm(tmp_path: Path) -> None:
     profile = str(write_profile(tmp_path))
-    with worker_process("--speed", "100", "--profile", profile) as (_, worker_url):
-        proc = spawn(_router("--worker-url", worker_url, "--port", "0"))
-        try:
-            url, _ = _ready_url(proc)
-            wait_http_ok(url + "/health")
-            status, answer = http_json(
-                url + "/v1/completions", {"prompt": "hello", "max_tokens": 3}
-            )
-            assert status == 200 and answer["usage"]["completion_tokens"] == 3
-            assert stop(proc, signal.SIGTERM) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+    with (
+        worker_process("--speed", "100", "--profile", profile) as (_, worker_url),
+        router_process("--worker-url", worker_url, "--port", "0") as (proc, url, _),
+    ):
+        wait_http_ok(url + "/health")
+        status, answer = http_json(url + "/v1/completions", {"prompt": "hello", "max_tokens": 3})
+        assert status == 200 and answer["usage"]["completion_tokens"] == 3
+        assert stop(proc, signal.SIGTERM) == 0
 
 
 def test_unreachable_worker_is_a_warning_not_a_crash() -> None:
-    proc = spawn(_router("--worker-url", "http://127.0.0.1:9", "--port", "0"))
-    try:
-        url, lines = _ready_url(proc)
+    with router_process("--worker-url", "http://127.0.0.1:9", "--port", "0") as (proc, url, lines):
         assert any("unreachable" in line and "127.0.0.1:9" in line for line in lines)
         status, answer = http_json(url + "/health")
         assert status == 503 and answer["healthy_workers"] == 0
         assert stop(proc, signal.SIGTERM) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -17,9 +17,9 @@ from fairserve.router import config
 from fairserve.router.accounting import Accounting, Usage
 from fairserve.router.metrics import RouterMetrics
 from tests.router.helpers import chat, get_json, post, sim_router
-from tests.router.test_command import _ready_url, _router
+from tests.router.test_command import _router, router_process
 from tests.worker.helpers import run, write_profile
-from tests.worker.processes import http_json, spawn, stop, worker_process
+from tests.worker.processes import http_json, stop, worker_process
 
 
 def _service_by_client(text: str) -> dict[str, float]:
@@ -88,9 +88,7 @@ def test_flags_reach_the_running_router(tmp_path: Path) -> None:
     with worker_process("--speed", "100", "--profile", profile) as (_, worker_url):
         flags = ["--router-queue", "on", "--max-outstanding-per-worker", "3"]
         flags += ["--metrics-max-clients", "0"]
-        proc = spawn(_router("--worker-url", worker_url, "--port", "0", *flags))
-        try:
-            url, _ = _ready_url(proc)
+        with router_process("--worker-url", worker_url, "--port", "0", *flags) as (proc, url, _):
             status, state = http_json(url + "/fairserve/v1/state")
             assert status == 200 and state["workers"][0]["router_queue"]["max_outstanding"] == 3
             request = urllib.request.Request(
@@ -103,12 +101,6 @@ def test_flags_reach_the_running_router(tmp_path: Path) -> None:
             with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
                 assert set(_service_by_client(resp.read().decode())) == {"other"}
             assert stop(proc, signal.SIGTERM) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
 
 
 def test_bad_flag_values_exit_2() -> None:
