@@ -8,6 +8,7 @@ from __future__ import annotations
 def synthetic_profile_toml(
     *,
     provenance: str,
+    model: str = "test/model",
     c_s: float,
     a_s_per_token: float,
     b0_tokens: int,
@@ -22,7 +23,7 @@ def synthetic_profile_toml(
     text = f"""\
 [profile]
 gpu = "Test GPU"
-model = "test/model"
+model = "{model}"
 engine = "sglang"
 date = "2026-01-02"
 source = "synthetic"

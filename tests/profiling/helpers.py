@@ -10,6 +10,7 @@ from typing import TypeVar
 from fairserve.sim.profile import Profile, profile_from_toml
 from fairserve.worker.config import WorkerConfig
 from fairserve.worker.server import WorkerServer
+from tests.fakes.profiles import synthetic_profile_toml
 
 T = TypeVar("T")
 
@@ -28,26 +29,17 @@ def truth_profile(
     kv_capacity_tokens: int = 65536,
 ) -> Profile:
     """A profile with round numbers to recover (slow steps: client timing stays precise)."""
-    text = f"""\
-[profile]
-gpu = "Test GPU"
-model = "test-org/test-model"
-engine = "sglang"
-date = "2026-01-02"
-source = "synthetic"
-provenance = "the truth a profiling test must recover"
-
-[batch_time]
-c_s = {c_s}
-a_s_per_token = {a_s_per_token}
-b0_tokens = {b0_tokens}
-attention_s_per_token = {attention_s_per_token}
-step_overhead_s = {step_overhead_s}
-
-[capacity]
-kv_capacity_tokens = {kv_capacity_tokens}
-max_batch_tokens = {max_batch_tokens}
-"""
+    text = synthetic_profile_toml(
+        provenance="the truth a profiling test must recover",
+        model="test-org/test-model",
+        c_s=c_s,
+        a_s_per_token=a_s_per_token,
+        b0_tokens=b0_tokens,
+        attention_s_per_token=attention_s_per_token,
+        step_overhead_s=step_overhead_s,
+        kv_capacity_tokens=kv_capacity_tokens,
+        max_batch_tokens=max_batch_tokens,
+    )
     return profile_from_toml(text, name="truth")
 
 

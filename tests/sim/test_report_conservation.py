@@ -35,6 +35,7 @@ def run_report(
     workers: int,
     batching: str,
     duration_s: float,
+    drain: bool = False,
 ) -> dict[str, Any]:
     config = profile_config(
         resolve_profile(DEFAULT_PROFILE),
@@ -44,6 +45,7 @@ def run_report(
         workers=workers,
         policy_params=params,
         duration_s=duration_s,
+        drain=drain,
     )
     return report_of(workload, config)
 
@@ -84,17 +86,8 @@ def test_conservation_in_every_report(
     duration_s: float,
     drain: bool,
 ) -> None:
-    config = profile_config(
-        resolve_profile(DEFAULT_PROFILE),
-        batching=batching,
-        policy=policy,
-        dispatch=dispatch,
-        workers=workers,
-        policy_params={"limit_per_min": 30} if policy == "rpm" else {},
-        duration_s=duration_s,
-        drain=drain,
-    )
-    report = report_of(workload, config)
+    params = {"limit_per_min": 30} if policy == "rpm" else {}
+    report = run_report(workload, policy, dispatch, params, workers, batching, duration_s, drain)
     conservation = report["conservation"]
     assert conservation["holds"], conservation
     assert conservation["finished"] == sum(c["requests"] for c in report["clients"].values())
