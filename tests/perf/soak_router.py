@@ -42,6 +42,9 @@ from tests.worker.processes import free_port, read_ready_url, spawn, worker_comm
 
 PROMPT_WORDS = 120
 OUTPUT_TOKENS = 32
+CLIENT_TIMEOUT_S = 300.0
+"""A request without an answer by then is lost (the router's own bounds answer sooner: a
+slot within --queue-timeout, a streamed first byte within --first-byte-timeout)."""
 MAX_OUTSTANDING = 4000
 """The load generator never keeps more open requests than this (its own bound)."""
 
@@ -129,11 +132,24 @@ def reported_capacity_req_per_s(url: str, speed: float) -> float:
     return speed * tokens_per_s / (PROMPT_WORDS + OUTPUT_TOKENS)
 
 
+def running_bounds(url: str) -> list[int]:
+    """Each worker's running bound (``max_running_requests`` of ``/get_server_info``)."""
+    with urllib.request.urlopen(url + "/fairserve/v1/state?limit=1", timeout=5) as resp:
+        state = json.loads(resp.read())
+    bounds = []
+    for worker in state["workers"]:
+        with urllib.request.urlopen(worker["url"] + "/get_server_info", timeout=5) as resp:
+            bounds.append(int(json.loads(resp.read())["max_running_requests"]))
+    return bounds
+
+
 async def measured_capacity_req_per_s(url: str, seconds: float, concurrency: int) -> float:
     """Requests/s the cluster finishes when saturated: ``concurrency`` closed-loop senders of
     the soak's request shape for ``seconds``, counted after the first third (the batch
     fills); senders still waiting at the end are cancelled (their requests aborted). What
-    "2x capacity" is measured against."""
+    "2x capacity" is measured against. Saturated means every worker's running batch full:
+    by default 1.25x the sum of their running bounds (64 senders, 32 a worker, measured
+    a batch of 32 against a bound of 259, and called that capacity)."""
     connector = aiohttp.TCPConnector(limit=0)
     started = time.monotonic()
     count_from, end = started + seconds / 3, started + seconds
@@ -171,7 +187,7 @@ async def offer(
     by the session timeout)."""
     stats = {kind: ClassStats() for _, kind, _ in clients}
     open_requests: set[asyncio.Task[None]] = set()
-    timeout = aiohttp.ClientTimeout(total=120)
+    timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(base_url=url, timeout=timeout, connector=connector) as s:
 
@@ -304,8 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     with cluster(args) as (url, proc):
         reported = reported_capacity_req_per_s(url, args.speed)
+        bounds = running_bounds(url)
+        concurrency = args.calibrate_concurrency or math.ceil(1.25 * sum(bounds))
         capacity = args.rate or asyncio.run(
-            measured_capacity_req_per_s(url, args.calibrate_s, args.calibrate_concurrency)
+            measured_capacity_req_per_s(url, args.calibrate_s, concurrency)
         )
         light_rate = args.light_share * capacity / max(1, args.light)
         heavy_total = max(0.0, args.overload * capacity - light_rate * args.light)
@@ -314,7 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         heavy = [(f"heavy-{i}", "heavy", heavy_rate) for i in range(args.heavy)]
         report: dict[str, Any] = {
             "capacity_req_per_s": capacity,
-            "capacity_source": "--rate" if args.rate else f"measured over {args.calibrate_s:g} s",
+            "capacity_source": "--rate"
+            if args.rate
+            else f"measured over {args.calibrate_s:g} s by {concurrency} closed-loop senders",
+            "worker_running_bounds": bounds,
+            "client_timeout_s": CLIENT_TIMEOUT_S,
             "profile_peak_req_per_s": reported,
             "rates_req_per_s": {"light_each": light_rate, "heavy_each": heavy_rate},
             "duration_s": args.duration,
@@ -342,8 +364,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overload", type=float, default=2.0, help="offered load / capacity")
     p.add_argument("--light-share", type=float, default=0.45, help="light demand / capacity")
     p.add_argument("--rate", type=float, default=None, help="capacity in req/s (else measured)")
-    p.add_argument("--calibrate-s", type=float, default=90.0, help="capacity measurement")
-    p.add_argument("--calibrate-concurrency", type=int, default=64)
+    p.add_argument("--calibrate-s", type=float, default=150.0, help="capacity measurement")
+    p.add_argument(
+        "--calibrate-concurrency",
+        type=int,
+        default=None,
+        help="closed-loop senders (default 1.25x the sum of the workers' running bounds)",
+    )
     p.add_argument("--baseline", action="store_true", help="light clients alone first")
     p.add_argument("--baseline-duration", type=float, default=None, help="(default --duration)")
     p.add_argument("--sample-s", type=float, default=5.0)

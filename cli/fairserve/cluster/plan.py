@@ -28,6 +28,7 @@ from fairserve.router.config import (
     DEFAULT_METRICS_MAX_CLIENTS,
     DEFAULT_OUTLIER_FAILURES,
     DEFAULT_QUEUE_CAP,
+    DEFAULT_QUEUE_TIMEOUT_S,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_STALL_TIMEOUT_S,
     DEFAULT_TOTAL_CAP,
@@ -82,6 +83,7 @@ class LaunchOptions:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     outlier_failures: int = DEFAULT_OUTLIER_FAILURES
     ray_address: str | None = None
     """``--ray [ADDRESS]``: place the workers on this Ray cluster (``auto``: ``RAY_ADDRESS``
@@ -228,6 +230,7 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
         request_timeout_s=options.request_timeout_s,
         first_byte_timeout_s=options.first_byte_timeout_s,
         stall_timeout_s=options.stall_timeout_s,
+        queue_timeout_s=options.queue_timeout_s,
         outlier_failures=options.outlier_failures,
     )
     Router(router)  # validates policy/dispatcher names and quanta; starts nothing

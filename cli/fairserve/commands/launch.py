@@ -126,6 +126,7 @@ def launch(
     request_timeout: opts.RequestTimeout = opts.DEFAULT_REQUEST_TIMEOUT_S,
     first_byte_timeout: opts.FirstByteTimeout = opts.DEFAULT_FIRST_BYTE_TIMEOUT_S,
     stall_timeout: opts.StallTimeout = opts.DEFAULT_STALL_TIMEOUT_S,
+    queue_timeout: opts.QueueTimeout = opts.DEFAULT_QUEUE_TIMEOUT_S,
     outlier_failures: opts.OutlierFailures = opts.DEFAULT_OUTLIER_FAILURES,
     detach: Annotated[
         bool, typer.Option("--detach", help="Run in the background; print the router URL.")
@@ -203,6 +204,7 @@ def launch(
         metrics_max_clients=metrics_max_clients, drain_timeout_s=drain_timeout,
         trust_identity_header=trust_identity_header, request_timeout_s=request_timeout,
         first_byte_timeout_s=first_byte_timeout, stall_timeout_s=stall_timeout,
+        queue_timeout_s=queue_timeout,
         outlier_failures=outlier_failures, ray_address=ray, gpus_per_worker=gpus_per_worker,
     )  # fmt: skip
     out = Output(json_mode=json_output)
@@ -290,6 +292,7 @@ def describe_plan(plan: LaunchPlan) -> dict[str, Any]:
             "request_timeout_s": cfg.request_timeout_s,
             "first_byte_timeout_s": cfg.first_byte_timeout_s,
             "stall_timeout_s": cfg.stall_timeout_s,
+            "queue_timeout_s": cfg.queue_timeout_s,
             "outlier_failures": cfg.outlier_failures,
             "settings_file": cfg.settings_path,
             "auth_mode": auth_mode(cfg.clients, cfg.trust_identity_header),

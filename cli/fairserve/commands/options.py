@@ -26,6 +26,7 @@ from fairserve.router.config import DEFAULT_MAX_OUTSTANDING as DEFAULT_MAX_OUTST
 from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS as DEFAULT_METRICS_MAX_CLIENTS
 from fairserve.router.config import DEFAULT_OUTLIER_FAILURES as DEFAULT_OUTLIER_FAILURES
 from fairserve.router.config import DEFAULT_QUEUE_CAP as DEFAULT_QUEUE_CAP
+from fairserve.router.config import DEFAULT_QUEUE_TIMEOUT_S as DEFAULT_QUEUE_TIMEOUT_S
 from fairserve.router.config import DEFAULT_REQUEST_TIMEOUT_S as DEFAULT_REQUEST_TIMEOUT_S
 from fairserve.router.config import DEFAULT_STALL_TIMEOUT_S as DEFAULT_STALL_TIMEOUT_S
 from fairserve.router.config import DEFAULT_TOTAL_CAP as DEFAULT_TOTAL_CAP
@@ -235,6 +236,17 @@ StallTimeout = Annotated[
         metavar="S",
         help="Streams: seconds without a byte once the answer began; past it the stream "
         "ends with an error event and the worker is ejected.",
+    ),
+]
+QueueTimeout = Annotated[
+    float,
+    typer.Option(
+        "--queue-timeout",
+        min=0.001,
+        metavar="S",
+        help="Seconds a request may wait in the router for a worker slot (every worker's "
+        "running batch full and its client at its fair share or more); past it, 503 with "
+        "Retry-After.",
     ),
 ]
 OutlierFailures = Annotated[

@@ -107,6 +107,7 @@ def router(
     request_timeout: opts.RequestTimeout = opts.DEFAULT_REQUEST_TIMEOUT_S,
     first_byte_timeout: opts.FirstByteTimeout = opts.DEFAULT_FIRST_BYTE_TIMEOUT_S,
     stall_timeout: opts.StallTimeout = opts.DEFAULT_STALL_TIMEOUT_S,
+    queue_timeout: opts.QueueTimeout = opts.DEFAULT_QUEUE_TIMEOUT_S,
     outlier_failures: opts.OutlierFailures = opts.DEFAULT_OUTLIER_FAILURES,
     settings: Annotated[
         str | None,
@@ -154,6 +155,7 @@ def router(
         request_timeout_s=request_timeout,
         first_byte_timeout_s=first_byte_timeout,
         stall_timeout_s=stall_timeout,
+        queue_timeout_s=queue_timeout,
         outlier_failures=outlier_failures,
         settings_path=settings,
         extension_urls=parse_extensions(worker_extension or []),

@@ -39,6 +39,9 @@ DEFAULT_FIRST_BYTE_TIMEOUT_S = 300.0
 """Sized for a request that waits in a full engine's queue, not for a hung worker: those are
 found by the health check, whose ejection fails the worker's unanswered requests at once."""
 DEFAULT_STALL_TIMEOUT_S = 30.0
+DEFAULT_QUEUE_TIMEOUT_S = 60.0
+"""How long a request may wait in the router for a worker slot (``router.slots``) before it
+gets 503 with ``Retry-After``: sglang-router's ``--queue-timeout-secs`` default."""
 DEFAULT_OUTLIER_FAILURES = 3
 DEFAULT_OUTLIER_COOLDOWN_S = 5.0
 
@@ -100,6 +103,8 @@ class RouterConfig:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
     """A streamed answer's first byte of body must arrive within this (queueing included)."""
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    """A request waiting in the router for a worker slot this long gets 503 (``router.slots``)."""
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     """A streamed answer that sent nothing for this long has stalled (decode steps are ms)."""
     outlier_failures: int = DEFAULT_OUTLIER_FAILURES
@@ -152,6 +157,11 @@ class RouterConfig:
             )
         if self.admin_token is not None and not self.admin_token.strip():
             raise ConfigError("--admin-token: expected a non-empty token")
+        if not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
+            raise ConfigError(
+                f"--queue-timeout: expected a positive number of seconds,"
+                f" got {self.queue_timeout_s}"
+            )
         for name in ("quantum", "worker_quantum"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and not math.isnan(value)):

@@ -21,6 +21,7 @@ import json
 import math
 import time
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import aiohttp
 from aiohttp import web
@@ -35,6 +36,7 @@ from fairserve.router.framing import Response, UpstreamError
 from fairserve.router.lifecycle import Call
 from fairserve.router.pool import Pool, header_value
 from fairserve.router.relay import InvalidAnswer, SseRelay, complete_body
+from fairserve.router.slots import WorkerSlots
 from fairserve.router.upstream import Upstream
 from fairserve.sched.dispatch.base import NoWorkerAvailable
 
@@ -74,7 +76,7 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
     try:
         last_error = ""
         while True:
-            worker = _choose(router, call, last_error)
+            worker = await _choose(router, call, last_error)
             try:
                 await _attempt(router, call, worker, out)
             except UpstreamFailed as exc:
@@ -91,11 +93,51 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
         router.leave()
 
 
-def _choose(router: Router, call: Call, last_error: str) -> str:
-    tried = call.tried
-    available = [url for url, up in router.upstreams.items() if up.healthy and url not in tried]
+_SLOTS: WeakKeyDictionary[Router, WorkerSlots] = WeakKeyDictionary()
+
+
+def slots_of(router: Router) -> WorkerSlots:
+    """The router's worker slots (``router.slots``), subscribed to its lifecycle on first
+    use so that every dispatch and release is counted."""
+    slots = _SLOTS.get(router)
+    if slots is None:
+        upstreams = router.upstreams
+
+        def bound(worker: str) -> int | None:
+            up = upstreams.get(worker)
+            return None if up is None else up.running_bound
+
+        slots = _SLOTS[router] = WorkerSlots(bound)
+        router.lifecycle.subscribe(slots)
+    return slots
+
+
+async def _choose(router: Router, call: Call, last_error: str) -> str:
+    """A worker for the next attempt: the dispatcher's choice among the healthy workers not
+    tried yet that have a slot for the client (``router.slots``); waits for one up to the
+    queue timeout."""
+    slots = slots_of(router)
+    deadline_s = time.monotonic() + router.config.queue_timeout_s
+    waited = False
+    while True:
+        tried = call.tried
+        available = [u for u, up in router.upstreams.items() if up.healthy and u not in tried]
+        open_workers = slots.open_for(call.client, available, waited) if available else []
+        if open_workers or not available:
+            break
+        if not await slots.wait(call.client, deadline_s - time.monotonic()):
+            slots.timed_out += 1
+            router.lifecycle.fail(call)
+            raise ApiError(
+                503,
+                f"every worker's running batch is full and client {call.client!r} holds its"
+                f" share or more; no slot freed within {router.config.queue_timeout_s:g}s"
+                " (--queue-timeout); retry later",
+                headers={"Retry-After": "1"},
+            )
+        waited = True
     try:
-        worker = router.dispatcher.choose(call.req, available)
+        worker = router.dispatcher.choose(call.req, open_workers)
     except NoWorkerAvailable:
         router.lifecycle.fail(call)
         if call.tried:

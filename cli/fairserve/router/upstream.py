@@ -46,6 +46,9 @@ class Upstream:
     context_tokens: int | None = None
     """The model's context length (prompt + output) as the worker reports it."""
     capacity_tokens_per_s: float | None = None
+    running_bound: int | None = None
+    """Requests the worker runs at once (``max_running_requests``; None: not reported): the
+    router sends it no more, besides clients below their share (``router.slots``)."""
     extension_url: str | None = None
     models: list[str] = field(default_factory=list)
     queue: FairQueue | None = None
@@ -154,6 +157,9 @@ class HealthProber:
             if isinstance(tokens, int) and tokens > 0:
                 up.max_total_tokens = tokens
             up.capacity_tokens_per_s = _capacity(info)
+            running = info.get("max_running_requests")
+            valid = isinstance(running, int) and not isinstance(running, bool) and running > 0
+            up.running_bound = running if valid else None
         models = await self._get_json(up, "/v1/models")
         if isinstance(models, dict) and isinstance(models.get("data"), list):
             up.models = [str(m["id"]) for m in models["data"] if isinstance(m, dict) and "id" in m]
