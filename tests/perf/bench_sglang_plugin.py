@@ -1,16 +1,23 @@
 """What the SGLang plugin costs per batching step, inside SGLang's real scheduling objects.
 
-    .venv-sglang/bin/python tests/perf/bench_sglang_plugin.py [--json] [--steps 200]
+    .venv-sglang/bin/python tests/perf/bench_sglang_plugin.py [--json] [--steps 100]
+        [--sizes 10,100,1000,10000]
 
 Needs SGLang (the ``.[sglang]`` environment, as ``tests/sglang_real``); no GPU, no model.
-The queue is kept at 10, 100 and 1,000 waiting requests (six clients with shared prefixes,
-refilled every step) while the engine admits what its KV pool takes and decodes. For each
-size it times SGLang's batching decision (``SchedulePolicy.calc_priority`` plus the admission
-loop over ``PrefillAdder.add_one_req``) and the whole iteration, with the plugin disabled
-(SGLang's own LPM ordering; SGLang switches LPM to FCFS above 128 waiting requests) and
-with DLPM and VTC inside it. Medians, best and p99 over the steps that made a decision;
-the note gives the policy's questions per decision, and a first row the cost of one answer
-alone (a generator ``send`` into the policy's ``decide``, ``sglang/decision.py``).
+The queue is kept at each size (six clients with shared prefixes, refilled every step) while
+the engine admits what its KV pool takes and decodes. For each size it times SGLang's
+batching decision (``SchedulePolicy.calc_priority`` plus the admission loop over
+``PrefillAdder.add_one_req``), the plugin's part of it alone (``PolicyHost.begin_decision``:
+the waiting requests' matches and the policy's ordering) and the whole iteration, with the
+plugin disabled (SGLang's own LPM ordering; SGLang switches LPM to FCFS above 128 waiting
+requests) and with DLPM and VTC inside it. DLPM runs with the three ways of getting match
+lengths: ``prefix_len`` (what SGLang's own matching left: nothing new above 128 waiting,
+the plugin before kept matches), ``walk`` (every waiting request matched in SGLang's tree
+at every step) and ``kept`` (:mod:`fairserve.sglang.matches`, the plugin's default).
+Medians, best and p99 over the steps that made a decision; the note gives the policy's
+questions per decision and, with kept matches, the share of matches answered without a
+walk; a first row gives the cost of one answer alone (a generator ``send`` into the
+policy's ``decide``, ``sglang/decision.py``).
 """
 
 from __future__ import annotations
@@ -31,22 +38,30 @@ for path in (ROOT, ROOT / "cli"):  # runnable as a script from any directory
 
 from tests.perf.timing import Result, print_json, print_table, summarize  # noqa: E402
 
-SIZES = (10, 100, 1000)
-POLICIES: tuple[tuple[str | None, float | None], ...] = (
-    (None, None),
-    ("dlpm", 256.0),
-    ("vtc", None),
+SIZES = (10, 100, 1000, 10_000)
+CASES: tuple[tuple[str | None, float | None, str | None], ...] = (
+    (None, None, None),
+    ("dlpm", 256.0, "prefix_len"),
+    ("dlpm", 256.0, "walk"),
+    ("dlpm", 256.0, "kept"),
+    ("vtc", None, "kept"),
 )
+"""(policy, quantum, matches): None is the plugin disabled (SGLang's own ordering)."""
 CLIENTS = 6
 PREFIX_TOKENS = 48
 OWN_TOKENS = 16
 
 
-def bench(size: int, policy: str | None, quantum: float | None, steps: int) -> list[Result]:
+def bench(
+    size: int, policy: str | None, quantum: float | None, matching: str | None, steps: int
+) -> list[Result]:
+    from fairserve.sglang.host import PolicyHost
+    from fairserve.sglang.matches import KeptMatches
     from tests.sglang_real.harness import Engine, Prefill, set_policy
 
     set_policy(policy, quantum)
     decisions: list[float] = []
+    begins: list[float] = []
     questions = count_questions()
 
     class Timed(Engine):
@@ -58,6 +73,17 @@ def bench(size: int, policy: str | None, quantum: float | None, steps: int) -> l
             return record
 
     engine = Timed(kv_tokens=2048, max_running=4096)
+    host = engine.host
+    if host is not None:
+        host.matches = None if matching == "prefix_len" else KeptMatches(keep=matching != "walk")
+        begin = PolicyHost.begin_decision
+
+        def timed_begin(waiting: list[Any], cache: Any = None) -> None:
+            start = time.perf_counter()
+            begin(host, waiting, cache)
+            begins.append(time.perf_counter() - start)
+
+        host.begin_decision = timed_begin  # type: ignore[method-assign]
     sent = 0
 
     def refill() -> None:
@@ -70,23 +96,33 @@ def bench(size: int, policy: str | None, quantum: float | None, steps: int) -> l
             sent += 1
 
     iterations: list[float] = []
-    warmup = 20
+    warmup = 10
     for step in range(warmup + steps):
         refill()
         if step == warmup:
             decisions.clear()
+            begins.clear()
+            if host is not None and host.matches is not None:
+                host.matches.walks = host.matches.reused = 0
         start = time.perf_counter()
         engine.step()
         if step >= warmup:
             iterations.append(time.perf_counter() - start)
     name = policy or "off (SGLang LPM)"
+    if matching is not None:
+        name += f", {matching}"
     asked = statistics.median(questions) if questions else 0
+    note = f"{asked:g} questions/decision"
+    kept = host.matches if host is not None else None
+    if kept is not None and kept.keep and kept.walks + kept.reused:
+        note += f", {kept.reused / (kept.walks + kept.reused):.1%} matches kept"
     out = []
-    for what, samples in (("decision", decisions), ("iteration", iterations)):
+    for what, samples in (("decision", decisions), ("plugin", begins), ("iteration", iterations)):
+        if not samples:
+            continue
         median, best, p99 = summarize([s * 1e6 for s in samples])
-        note = f"{len(samples)} samples, {asked:g} questions/decision"
         out.append(Result("sglang-plugin", f"{what} {size} waiting, {name}", median, best, p99,
-                          "us", note=note))  # fmt: skip
+                          "us", note=f"{len(samples)} samples, {note}"))  # fmt: skip
     questions.clear()
     return out
 
@@ -146,10 +182,19 @@ def answer_cost(questions: int = 5000, repeats: int = 5) -> Result:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print results as JSON")
-    parser.add_argument("--steps", type=int, default=200, help="timed steps per case")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per case")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="waiting requests, comma-separated"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.steps <= 100_000:
         parser.error("--steps: expected 1..100000")
+    try:
+        sizes = [int(x) for x in args.sizes.split(",")]
+    except ValueError:
+        parser.error("--sizes: expected comma-separated integers")
+    if not all(1 <= size <= 100_000 for size in sizes):
+        parser.error("--sizes: expected 1..100000 each")
     from tests.sglang_real.harness import environment_for_plugin
 
     os.environ.update(environment_for_plugin("dlpm"))
@@ -157,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
 
     load_plugins()
     results: list[Result] = [answer_cost()]
-    for size in SIZES:
-        for policy, quantum in POLICIES:
-            results += bench(size, policy, quantum, args.steps)
+    for size in sizes:
+        for policy, quantum, matching in CASES:
+            results += bench(size, policy, quantum, matching, args.steps)
     if args.json:
         print_json(results)
     else:

@@ -81,10 +81,11 @@ def request_queued(result: Any, scheduler: Any, req: Any, *args: Any, **kwargs: 
 
 
 def order_waiting(result: Any, policy: Any, waiting_queue: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER ``SchedulePolicy.calc_priority``: SGLang matched prefixes; the policy orders."""
+    """AFTER ``SchedulePolicy.calc_priority``: the policy orders, with the matches of the
+    waiting requests in the policy's prefix cache."""
     host = PLUGIN.host
     if host is not None and isinstance(waiting_queue, list):
-        host.begin_decision(waiting_queue)
+        host.begin_decision(waiting_queue, getattr(policy, "tree_cache", None))
 
 
 def admit_one(original: Any, adder: Any, req: Any, *args: Any, **kwargs: Any) -> Any:

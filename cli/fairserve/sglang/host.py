@@ -31,6 +31,7 @@ from fairserve.sglang.config import PluginConfig
 from fairserve.sglang.control import ControlChannel, PolicyChange
 from fairserve.sglang.decision import Decision
 from fairserve.sglang.evictions import EvictionFeed
+from fairserve.sglang.matches import KeptMatches
 from fairserve.sglang.requests import (
     EngineCounters,
     ReqLike,
@@ -68,6 +69,8 @@ class PolicyHost:
         self.controls = ControlChannel()
         self.decision: Decision | None = None
         self.last_ticket = 0
+        self.matches: KeptMatches | None = KeptMatches()
+        """The waiting requests' prefix matches (None: SGLang's ``prefix_len`` only)."""
 
     @property
     def now(self) -> float:
@@ -93,25 +96,33 @@ class PolicyHost:
         return self.table.add(req)
 
     # ------------------------------------------------------------ one decision
-    def begin_decision(self, waiting: list[Any]) -> None:
+    def begin_decision(self, waiting: list[Any], cache: Any = None) -> None:
         """``calc_priority`` ran: start the policy's ``decide`` over the waiting requests and
         put the first one it asks about at the front of SGLang's list.
 
-        ``match_len`` is SGLang's ``prefix_len`` as its prefix matching left it; requests
-        that left the queue without being admitted were aborted while waiting."""
+        ``match_len`` is each request's match in SGLang's radix tree ``cache``, kept across
+        decisions (:mod:`fairserve.sglang.matches`); for a cache of another shape (or none)
+        it is SGLang's ``prefix_len`` as its own matching left it. Requests that left the
+        queue without being admitted were aborted while waiting."""
         with self.lock:
             self._close_decision()
             self._reconcile(waiting)
             candidates: list[Tracked] = []
             origin: dict[int, Any] = {}
             matched: dict[int, int] = {}
+            kept = self.matches.begin(cache) if self.matches is not None else None
             for sreq in waiting:
                 tracked = self.table.get(sreq.rid) or self._arrive(sreq)
                 if tracked.state is not State.WAITING:
                     continue
                 candidates.append(tracked)
                 origin[id(tracked.req)] = sreq
-                matched[id(tracked.req)] = max(0, int(sreq.prefix_len))
+                length = kept(sreq) if kept is not None else None
+                matched[id(tracked.req)] = (
+                    max(0, int(sreq.prefix_len)) if length is None else length
+                )
+            if self.matches is not None:
+                self.matches.end()
             if not candidates:
                 return
             candidates.sort(key=lambda t: t.seq)

@@ -122,7 +122,29 @@ CLASSES: tuple[ClassContract, ...] = (
         "sglang.srt.mem_cache.unified_cache.unified_tree_core", "UnifiedTreeNode",
         ("parent", "key"),
     ),
-    ClassContract("sglang.srt.mem_cache.radix_cache", "RadixKey", ("token_ids",)),
+    ClassContract(
+        "sglang.srt.mem_cache.radix_cache", "RadixKey",
+        ("token_ids", "child_key_at", "match_at", "page_aligned"),
+    ),
+    ClassContract(POLICY, "SchedulePolicy", ("tree_cache",)),
+    ClassContract(
+        "sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache",
+        ("tree_core", "disable", "linker"),
+    ),
+    ClassContract(
+        "sglang.srt.mem_cache.unified_cache.unified_tree_core", "UnifiedTreeCore",
+        ("root_node", "page_size", "enable_hicache", "is_eagle", "components", "node_by_id"),
+    ),
+    ClassContract(
+        "sglang.srt.mem_cache.unified_cache.unified_tree_core", "UnifiedTreeNode",
+        ("children", "parent", "key", "id", "evicted", "backuped"),
+    ),
+    ClassContract(
+        "sglang.srt.mem_cache.unified_cache.components.full", "FullComponent", ()
+    ),
+    ClassContract(
+        "sglang.srt.managers.schedule_batch", "Req", ("extra_key", "cache_salt", "session")
+    ),
     ClassContract(
         "sglang.srt.plugins.hook_registry", "HookRegistry", ("register", "apply_hooks")
     ),

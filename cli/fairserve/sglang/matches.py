@@ -1,0 +1,209 @@
+"""Each waiting request's prefix match in SGLang's radix tree, kept across batching steps.
+
+Why (issue 23): the policy's decision needs every waiting request's match length at every
+batching step. SGLang matches the waiting queue itself only up to 128 waiting requests
+(``SchedulePolicy._determine_active_policy`` turns LPM into FCFS above
+``WAITING_QUEUE_PREFIX_MATCH_MAX``, and its Python tree core does not claim
+``supports_fast_match_prefix``), so above that ``Req.prefix_len`` is whatever an earlier
+match left, and matching every request again at every step costs a tree walk per request.
+A step changes the tree only along a few paths (the prompts admitted, the leaves evicted),
+so here a match is kept and re-walked only where the tree changed *where that match ends*.
+
+The signal, read from SGLang's own nodes (``UnifiedTreeNode``: ``children``, ``key``,
+``parent``; the tree core's ``node_by_id``) at each use, with no hook on the tree: a
+match ends
+
+* where the edge of a node ``N`` ends, the request's key going on with child key ``h``
+  (or ending there): it is unchanged while ``N`` is in the tree and has no child under
+  ``h``. An insert can lengthen it only by adding that child; a split of ``N`` keeps
+  ``N`` as the lower part (``_split_node``), so its end stays where it was;
+* part-way along the edge of a node ``C`` below ``P``: unchanged while ``C`` is in the
+  tree and ``C.parent`` is still ``P``. An insert that follows the request's key further
+  must split ``C`` there, and any split of ``C`` puts a new node between ``P`` and ``C``
+  (``C`` keeps the lower part of its edge).
+
+"In the tree" is ``node_by_id(node.id) is node``: SGLang unlinks only leaves
+(``_remove_leaf_from_parent``, which also drops the node from that id map; node ids are
+never reused), so a node still in it has its whole path in the tree. ``evicted`` alone does
+not tell: a deleted device leaf keeps its value field (``FullComponent.evict_component``
+defers clearing it). ``reset`` builds a new root, and every kept match is dropped. When the
+signal says a match may have moved, the walk resumes from the deepest node still known to
+be on the path (``N``, or ``P``), else from the root.
+
+The walk mirrors ``UnifiedTreeCore._match_prefix_helper`` with the key
+``calc_priority`` matches (``origin_input_ids + output_ids``, ``extra_key``,
+``cache_salt``, page-aligned) but reads only: no split, no LRU touch, so SGLang's cache
+behaves as without the plugin. The shape where that equivalence is checked
+(``tests/sglang_real/test_matches.py``) is the only one kept matches are used in: a
+``UnifiedRadixCache`` with the Python tree core, the full-attention component only, no
+hierarchical cache, no external linker, no EAGLE bigram keys, and requests without a
+streaming session. Elsewhere (SWA or Mamba models, HiCache, the Rust tree core) the host
+uses ``Req.prefix_len`` as SGLang's last match left it, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+CACHE_CLASS = "UnifiedRadixCache"
+TREE_CORE_CLASS = "UnifiedTreeCore"
+"""The classes whose shape the walk mirrors (checked by name: SGLang is never imported
+here, and a subclass may match differently)."""
+FORCE_MISS_ENV = "SGLANG_RADIX_FORCE_MISS"
+"""SGLang's switch that makes every match empty (then ``prefix_len`` is used)."""
+
+
+class _Kept:
+    """One request's kept match: ``length`` tokens, ending where ``node``'s edge ends
+    (``parent`` None; ``head``: the key's next child key, None where the key ends) or
+    part-way along ``node``'s edge below ``parent``, whose own edge ends at
+    ``parent_length``."""
+
+    __slots__ = ("head", "key", "length", "node", "parent", "parent_length", "tokens")
+
+    def __init__(self, tokens: int, key: Any) -> None:
+        self.tokens = tokens
+        self.key = key
+        self.length = 0
+        self.node: Any = None
+        self.head: Any = None
+        self.parent: Any = None
+        self.parent_length = 0
+
+
+class KeptMatches:
+    """Match lengths of the waiting requests of one scheduler, by rid, kept between
+    decisions; ``keep=False`` walks every match from the root at every use (the cost
+    without kept matches, for tests and ``tests/perf/bench_sglang_plugin.py``)."""
+
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep
+        self.kept: dict[str, _Kept] = {}
+        self._next: dict[str, _Kept] = {}
+        self._root: Any = None
+        self._core: Any = None
+        self._key_type: Any = None
+        self.walks = 0
+        """Matches walked (from the root or resumed below it) since creation."""
+        self.reused = 0
+        """Matches answered from a kept one without a walk since creation."""
+
+    def begin(self, cache: Any) -> Callable[[Any], int | None] | None:
+        """Start a decision over ``cache``: the function giving a waiting request's match
+        length (None for a request it cannot match: use ``prefix_len``), or None when the
+        cache is not of the shape the walk mirrors. Requests not asked about before
+        :meth:`end` are forgotten."""
+        core = _supported_core(cache)
+        if core is None:
+            self.kept.clear()
+            return None
+        if core is not self._core or core.root_node is not self._root:
+            self.kept.clear()  # another tree, or SGLang's reset: every node is gone
+            self._core, self._root = core, core.root_node
+            self._key_type = type(core.root_node.key)
+        self._next = {}
+        return self.length
+
+    def end(self) -> None:
+        """The decision asked about every waiting request: keep only theirs."""
+        self.kept, self._next = self._next, {}
+
+    def length(self, sreq: Any) -> int | None:
+        """``sreq``'s match length now (kept, or walked where the tree changed)."""
+        if getattr(sreq, "session", None) is not None:
+            return None  # a streaming session matches through its slot, not the tree
+        rid = str(sreq.rid)
+        origin, output = sreq.origin_input_ids, sreq.output_ids
+        tokens = len(origin) + len(output)
+        kept = self.kept.get(rid)
+        if kept is None or kept.tokens != tokens or not self.keep:
+            kept = _Kept(tokens, self._make_key(sreq, origin, output))
+            self._walk(kept, self._root, 0)
+        else:
+            self._check(kept)
+        self._next[rid] = kept
+        return kept.length
+
+    def _make_key(self, sreq: Any, origin: Any, output: Any) -> Any:
+        key = self._key_type(
+            origin + output, getattr(sreq, "extra_key", None),
+            cache_salt=getattr(sreq, "cache_salt", None),
+        )  # fmt: skip
+        return key.page_aligned(self._core.page_size)
+
+    def _check(self, kept: _Kept) -> None:
+        """Keep ``kept`` if the tree did not change where it ends, else walk again from
+        the deepest node known to be on its path."""
+        node, parent = kept.node, kept.parent
+        if parent is None:  # ends where node's edge ends
+            if self._in_tree(node):
+                head = kept.head
+                if head is not None:
+                    child = node.children.get(head)
+                    if child is not None and not (child.evicted and not child.backuped):
+                        self._walk(kept, node, kept.length)
+                        return
+                self.reused += 1
+                return
+        else:  # ends inside node's edge
+            if node.parent is parent and not node.evicted and self._in_tree(node):
+                self.reused += 1
+                return
+            if self._in_tree(parent):
+                self._walk(kept, parent, kept.parent_length)
+                return
+        self._walk(kept, self._root, 0)
+
+    def _in_tree(self, node: Any) -> bool:
+        """Whether ``node`` is still linked into the tree (so is its whole path: SGLang
+        unlinks leaves only, ``_remove_leaf_from_parent``, which also drops the node from
+        the tree core's id map; a deleted device leaf keeps its KV value field, so
+        ``evicted`` alone does not tell)."""
+        if node is self._root:
+            return True
+        try:
+            return bool(self._core.node_by_id(node.id) is node)
+        except KeyError:
+            return False
+
+    def _walk(self, kept: _Kept, node: Any, offset: int) -> None:
+        """SGLang's match walk, read-only, from ``node`` whose edge ends at ``offset``."""
+        self.walks += 1
+        key, page = kept.key, self._core.page_size
+        size = len(key)
+        while offset < size:
+            head = key.child_key_at(offset, page)
+            child = node.children.get(head)
+            if child is None or (child.evicted and not child.backuped):
+                break
+            matched = child.key.match_at(key, offset, page_size=page)
+            if matched < len(child.key):
+                kept.length, kept.node, kept.head = offset + matched, child, None
+                kept.parent, kept.parent_length = node, offset
+                return
+            node = child
+            offset += matched
+        else:
+            head = None
+        kept.length, kept.node, kept.head = offset, node, head
+        kept.parent, kept.parent_length = None, 0
+
+
+def _supported_core(cache: Any) -> Any:
+    """``cache``'s tree core when the walk above mirrors its matching exactly, else None."""
+    if cache is None or type(cache).__name__ != CACHE_CLASS or getattr(cache, "disable", True):
+        return None
+    if getattr(cache, "linker", None) is not None:
+        return None
+    if os.environ.get(FORCE_MISS_ENV, "").strip().lower() not in ("", "0", "false"):
+        return None
+    core = getattr(cache, "tree_core", None)
+    if core is None or type(core).__name__ != TREE_CORE_CLASS:
+        return None
+    if core.enable_hicache or core.is_eagle or len(core.components) != 1:
+        return None
+    if type(core.components[0]).__name__ != "FullComponent":
+        return None
+    return core

@@ -1,0 +1,274 @@
+"""Kept prefix matches (``fairserve.sglang.matches``) against SGLang's real radix cache.
+
+A kept match must equal what SGLang's own matching says at every step, after any mix of what
+SGLang does to its tree between two batching steps: inserts (admitted prompts, finished
+requests), evictions, lock and unlock, its own ``match_prefix`` (which splits nodes where
+matches end), a reset; and requests arriving, leaving or coming back with outputs
+(retracted). And the plugin's decisions with kept matches must be those with every match
+walked again, inside SGLang's scheduling loop."""
+
+from __future__ import annotations
+
+import random
+from array import array
+from typing import Any
+
+import pytest
+
+from tests.sglang_real.real import require_sglang
+
+require_sglang()
+
+from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.common import match_kv_cache  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
+
+from fairserve.sglang.matches import KeptMatches  # noqa: E402
+from tests.sglang_real.harness import VOCAB, Engine, Step, set_policy  # noqa: E402
+
+DOCUMENTS = [[d * 1000 + i for i in range(60)] for d in range(1, 5)]
+"""Shared prefixes; prompts cut them at random points, so matches end inside edges too."""
+NAMESPACES = (None, "lora-x")
+
+
+def prompt(rng: random.Random) -> list[int]:
+    document = rng.choice(DOCUMENTS)
+    cut = rng.randint(0, len(document))
+    return [*document[:cut], *(rng.randint(1, 6) for _ in range(rng.randint(0, 12)))] or [1]
+
+
+def make_req(rid: str, tokens: list[int], extra_key: str | None) -> Req:
+    sampling = SamplingParams(max_new_tokens=4)
+    sampling.normalize(None)
+    return Req(
+        rid, "", array("q", tokens), sampling, vocab_size=VOCAB, eos_token_ids=set(),
+        extra_key=extra_key,
+    )  # fmt: skip
+
+
+def key_of(req: Req) -> RadixKey:
+    return RadixKey(req.origin_input_ids + req.output_ids, req.extra_key, cache_salt=None)
+
+
+class Tree:
+    """SGLang's ``UnifiedRadixCache`` (Python tree core) and its KV allocator, driven by
+    the operations its scheduler performs."""
+
+    def __init__(self, rng: random.Random, kv_tokens: int = 600) -> None:
+        self.rng = rng
+        engine = Engine(kv_tokens=kv_tokens)
+        self.cache, self.allocator = engine.cache, engine.allocator
+        self.locks: list[Any] = []
+        self.counts = {"insert": 0, "evict": 0, "lock": 0, "unlock": 0, "split": 0, "reset": 0}
+
+    def insert(self, tokens: list[int], extra_key: str | None) -> None:
+        value = self.allocator.alloc(len(tokens))
+        if value is None:
+            self.cache.evict(EvictParams(num_tokens=len(tokens)))
+            value = self.allocator.alloc(len(tokens))
+            if value is None:
+                return  # everything left is locked
+        key = RadixKey(array("q", tokens), extra_key)
+        result = self.cache.insert(InsertParams(key=key, value=value))
+        self.allocator.free(value[: result.prefix_len])  # already cached: duplicates
+        self.counts["insert"] += 1
+
+    def evict(self) -> None:
+        self.cache.evict(EvictParams(num_tokens=self.rng.randint(1, 120)))
+        self.counts["evict"] += 1
+
+    def lock(self, req: Req) -> None:
+        result = self.cache.match_prefix(MatchPrefixParams(key=key_of(req)))
+        self.locks.append(self.cache.lock(result.last_device_node))
+        self.counts["lock"] += 1
+
+    def unlock(self) -> None:
+        if self.locks:
+            self.cache.unlock(self.locks.pop(self.rng.randrange(len(self.locks))))
+            self.counts["unlock"] += 1
+
+    def reset(self) -> None:
+        self.cache.reset()
+        self.allocator.clear()
+        self.locks.clear()
+        self.counts["reset"] += 1
+
+    def sglang_match(self, req: Req) -> int:
+        """SGLang's own match as ``calc_priority`` runs it (it splits the node where the
+        match ends and touches the path)."""
+        match_kv_cache(req, self.cache, req.origin_input_ids + req.output_ids)
+        self.counts["split"] += 1
+        return int(req.prefix_len)
+
+    def read_only_match(self, req: Req) -> int:
+        """SGLang's read-only full-device match (no split, no touch)."""
+        length, _, _ = self.cache.tree_core.match_full_device_prefix(key_of(req))
+        return int(length)
+
+
+def mutate(tree: Tree, rng: random.Random, waiting: list[Req]) -> None:
+    """One batching step's worth of changes to the tree, in random order."""
+    for _ in range(rng.randint(0, 4)):
+        roll = rng.random()
+        if roll < 0.40:
+            source = rng.choice(waiting) if waiting and rng.random() < 0.5 else None
+            if source is not None:  # an admitted prompt (or part of it) enters the tree
+                tokens = list(source.origin_input_ids + source.output_ids)
+                tree.insert(tokens[: rng.randint(1, len(tokens))], source.extra_key)
+            else:
+                tree.insert(prompt(rng), rng.choice(NAMESPACES))
+        elif roll < 0.65:
+            tree.evict()
+        elif roll < 0.75 and waiting:
+            tree.lock(rng.choice(waiting))
+        elif roll < 0.85:
+            tree.unlock()
+        elif roll < 0.99 and waiting:
+            tree.sglang_match(rng.choice(waiting))
+        elif roll >= 0.995:
+            tree.reset()
+
+
+def churn(rng: random.Random, waiting: list[Req], serial: list[int]) -> None:
+    """Requests arrive, some leave (admitted or aborted), some come back with outputs."""
+    for _ in range(rng.randint(0, 3)):
+        serial[0] += 1
+        waiting.append(make_req(f"r{serial[0]}", prompt(rng), rng.choice(NAMESPACES)))
+    for _ in range(rng.randint(0, 2)):
+        if waiting:
+            gone = waiting.pop(rng.randrange(len(waiting)))
+            if rng.random() < 0.3:  # retracted: back with the outputs it produced
+                gone.output_ids.extend(rng.randint(1, 6) for _ in range(rng.randint(1, 5)))
+                waiting.append(gone)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_matches_equal_sglangs_own_matching_after_every_step(seed: int) -> None:
+    rng = random.Random(seed)
+    tree = Tree(rng)
+    kept, fresh = KeptMatches(), KeptMatches(keep=False)
+    waiting: list[Req] = []
+    serial = [0]
+    shapes = {"boundary": 0, "inside": 0}
+    for _step in range(300):
+        churn(rng, waiting, serial)
+        mutate(tree, rng, waiting)
+        answer = kept.begin(tree.cache)
+        walk = fresh.begin(tree.cache)
+        assert answer is not None and walk is not None, "the harness's cache is supported"
+        for req in waiting:
+            expected = tree.read_only_match(req)
+            assert answer(req) == expected, (req.rid, tree.counts)
+            assert walk(req) == expected
+        kept.end()
+        fresh.end()
+        for entry in kept.kept.values():
+            shapes["boundary" if entry.parent is None else "inside"] += 1
+        if waiting and rng.random() < 0.5:  # SGLang's own match agrees too
+            req = rng.choice(waiting)
+            assert tree.sglang_match(req) == tree.read_only_match(req)
+    assert all(tree.counts.values()), tree.counts
+    assert shapes["inside"] > 0 and shapes["boundary"] > 0, shapes
+    # Kept matches walk only where the tree changed: far fewer walks than matches asked.
+    assert kept.reused > 2 * kept.walks, (kept.reused, kept.walks)
+    assert fresh.reused == 0
+
+
+def test_an_insert_on_the_path_or_an_eviction_moves_the_kept_match() -> None:
+    """The three ways a match moves, each seen by the signal (not by luck of a re-walk)."""
+    rng = random.Random(0)
+    tree = Tree(rng)
+    kept = KeptMatches()
+    doc = DOCUMENTS[0]
+    req = make_req("q", [*doc[:40], 9, 9], None)
+
+    def match() -> int:
+        answer = kept.begin(tree.cache)
+        assert answer is not None
+        length = answer(req)
+        kept.end()
+        assert length == tree.read_only_match(req)
+        return int(length or 0)
+
+    assert match() == 0
+    tree.insert(doc[:20], None)  # a child under the root for the request's head
+    assert match() == 20
+    tree.insert([*doc[:30], 5], None)  # extends the node the match ends at: inside an edge
+    assert match() == 30
+    walks = kept.walks
+    tree.insert([77, 78], None)  # elsewhere: the kept match stands
+    assert match() == 30 and kept.walks == walks
+    tree.insert([*doc[:40], 9, 9, 9], None)  # splits the edge the match ends inside
+    assert match() == 42
+    tree.evict()  # evicts leaves, LRU first, down to what is locked
+    tree.cache.evict(EvictParams(num_tokens=10_000))
+    assert match() == 0
+
+
+# ---------------------------------------------------------------- inside the scheduling loop
+def run(keep: bool | None, seed: int, steps: int) -> tuple[list[Step], Any]:
+    """The plugin with DLPM in SGLang's loop, its queue kept above SGLang's LPM limit
+    (128 waiting) for part of the run; ``keep``: kept matches, walked every step
+    (False), or SGLang's ``prefix_len`` only (None)."""
+    set_policy("dlpm", 200.0)
+    engine = Engine(kv_tokens=1500, max_running=24, new_token_ratio=0.1)
+    host = engine.host
+    assert host is not None
+    host.matches = None if keep is None else KeptMatches(keep=keep)
+    rng = random.Random(seed)
+    record = []
+    for step in range(steps):
+        if step < steps // 2:
+            for _ in range(rng.randint(2, 12)):
+                client = rng.randrange(4)
+                document = DOCUMENTS[client]
+                tokens = [*document[: rng.randint(10, 60)], *(rng.randint(1, 9) for _ in range(8))]
+                engine.add(f"r{step}-{_}", tokens, rng.randint(2, 30), f"c{client}")
+        record.append(engine.step())
+    return record, host
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_decisions_with_kept_matches_are_those_with_every_match_walked_again(seed: int) -> None:
+    kept_record, kept_host = run(True, seed, 160)
+    fresh_record, fresh_host = run(False, seed, 160)
+    assert max(len(s.prefill.matched) for s in kept_record if s.prefill) > 128
+    admitted = [s.prefill.admitted if s.prefill else [] for s in kept_record]
+    assert admitted == [s.prefill.admitted if s.prefill else [] for s in fresh_record]
+    assert kept_host.policy.snapshot() == fresh_host.policy.snapshot()
+    assert kept_host.matches.reused > kept_host.matches.walks
+
+
+def test_above_sglangs_lpm_limit_the_policy_is_told_real_matches() -> None:
+    """Above 128 waiting SGLang orders FCFS and matches nothing, so ``prefix_len`` is what
+    an earlier match left (0 for a request never matched); the policy is told the match
+    in the tree as it is now."""
+    set_policy("dlpm", 200.0)
+    engine = Engine(kv_tokens=4000, max_running=4)
+    host = engine.host
+    assert host is not None
+    told: list[dict[str, int]] = []
+    original = host.policy.decide
+
+    def decide(waiting: Any, match_len: Any, now_s: float) -> Any:
+        told.append({r.id: match_len(r) for r in waiting})
+        return original(waiting, match_len, now_s)
+
+    host.policy.decide = decide  # type: ignore[method-assign]
+    document = DOCUMENTS[0]
+    engine.add("warm", [*document, 1], 1, "c0")
+    engine.run(3)  # the document is in the tree
+    for i in range(200):
+        engine.add(f"r{i}", [*document[:50], 100 + i], 4, f"c{i % 3}")
+    engine.step()
+    last = told[-1]
+    stale = {str(r.rid): int(r.prefix_len) for r in engine.waiting_queue}
+    assert len(last) > 128
+    assert set(last.values()) == {50}
+    assert set(stale.values()) == {0}
