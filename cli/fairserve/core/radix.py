@@ -77,8 +77,8 @@ class RadixTree:
         kept = self._kept.get(key)
         if kept is not None and kept[1].valid:
             return kept[0]
-        tokens, end, head = self._walk_match(key)
-        self._trie.matches.put(key, tokens, end, head)
+        tokens, end, head, shared = self._walk_match(key)
+        self._trie.matches.put(key, tokens, end, head, shared)
         return tokens
 
     def match_len_walk(self, key: bytes) -> int:
@@ -86,9 +86,10 @@ class RadixTree:
         tests and benchmarks compare the kept ones to)."""
         return self._walk_match(key)[0]
 
-    def _walk_match(self, key: bytes) -> tuple[int, Node, bytes | None]:
+    def _walk_match(self, key: bytes) -> tuple[int, Node, bytes | None, int]:
         """The match length of ``key``, the node where it ends and how: inside that node's
-        edge (head None), or where the edge ends, the key going on with ``head``."""
+        edge after ``shared`` of its tokens (head None), or where the edge ends, the key
+        going on with ``head`` (``shared`` 0)."""
         node, pos = self._root, 0
         n = len(key)
         startswith = key.startswith
@@ -103,9 +104,9 @@ class RadixTree:
                 continue
             shared = common_tokens(key, pos, edge)
             self._trie.remember(key, (node, pos, child, shared))
-            return pos // TOKEN_BYTES + shared, child, INSIDE
+            return pos // TOKEN_BYTES + shared, child, INSIDE, shared
         self._trie.remember(key, (node, pos, None, 0))
-        return pos // TOKEN_BYTES, node, key[pos : pos + TOKEN_BYTES]
+        return pos // TOKEN_BYTES, node, key[pos : pos + TOKEN_BYTES], 0
 
     def evictable_tokens(self) -> int:
         """Tokens in nodes that no request references (what ``evict`` could free)."""
@@ -232,17 +233,73 @@ class RadixTree:
         Pair every ``lock`` with an ``unlock`` of the same key (also when it locked 0
         tokens). Locked nodes are never evicted or pruned, so the locked path keeps its
         node boundaries until the unlock; insertions below it are fine."""
-        walk = self._trie.recall(key)
-        if walk is None:
-            node, matched = self._trie.walk_full_nodes(key, split_partial=True)
-        else:
-            node, pos, partial, shared = walk
-            if partial is not None:
-                node = self._trie.split(partial, shared)
-                pos += len(node.edge)
-            matched = pos // TOKEN_BYTES
+        node, matched = self._lock_target(key)
         self._lock_path(key, node, matched)
         return matched
+
+    def _lock_target(self, key: bytes) -> tuple[Node, int]:
+        """The node a lock on ``key`` ends at and its tokens, a partial edge split there:
+        from the kept match when it is valid (it names that node), else from where the last
+        match of ``key`` ended if the shape has not changed, else by walking."""
+        trie = self._trie
+        kept = self._kept.get(key)
+        if kept is not None and kept[1].valid:
+            tokens, _, node, shared = kept
+            if shared:  # the match ends inside ``node``'s edge
+                node = trie.split(node, shared)
+            return node, tokens
+        walk = trie.recall(key)
+        if walk is None:
+            return trie.walk_full_nodes(key, split_partial=True)
+        node, pos, partial, shared = walk
+        if partial is not None:
+            node = trie.split(partial, shared)
+            pos += len(node.edge)
+        return node, pos // TOKEN_BYTES
+
+    def probe_lock(self, key: bytes) -> tuple[Node, int, int]:
+        """What ``lock(key)`` would take, for a host that decides from it whether to lock:
+        the node it would end at, its tokens, and the tokens it would newly protect.
+
+        Does to the tree what a lock immediately released does (the split, the refresh of
+        the path), so following it with :meth:`lock_probed` or :meth:`release_probe`
+        leaves the tree exactly as ``lock`` (then ``unlock``) would, with one walk up the
+        path instead of two for a refused admission."""
+        node, matched = self._lock_target(key)
+        self._trie.owned = False
+        self._tick += 1
+        tick, root, fresh = self._tick, self._root, 0
+        cur = node
+        while cur is not root:
+            if cur.ref == 0:
+                fresh += len(cur.edge)
+            cur.last_access = tick
+            cur = cur.parent  # type: ignore[assignment]
+        return node, matched, fresh // TOKEN_BYTES
+
+    def lock_probed(self, key: bytes, node: Node, matched: int) -> None:
+        """Take the lock :meth:`probe_lock` measured (nothing changed the tree since)."""
+        locks = self._locks.get(key)
+        if locks is None:
+            self._locks[key] = [(matched, node)]
+        else:
+            locks.append((matched, node))
+        root, protected = self._root, 0
+        cur = node
+        while cur is not root:  # already refreshed by the probe, at this tick
+            if cur.ref == 0:
+                protected += len(cur.edge)
+            cur.ref += 1
+            cur = cur.parent  # type: ignore[assignment]
+        self._trie.protected_tokens += protected // TOKEN_BYTES
+
+    def release_probe(self, node: Node) -> None:
+        """Give up a :meth:`probe_lock` without locking: what the unlock of its lock would
+        have done besides restoring the counts (``node`` becomes an eviction candidate if
+        it is an unreferenced leaf)."""
+        lru = self._trie.lru
+        if lru is not None and node is not self._root and node.ref == 0:
+            lru.push(node)
 
     def _lock_path(self, key: bytes, node: Node, matched: int) -> None:
         """Take a lock on ``key`` that covers ``node`` (ending at ``matched`` tokens) and

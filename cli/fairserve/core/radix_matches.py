@@ -90,13 +90,20 @@ def revoke_all(nodes: Iterable[Node]) -> None:
         revoke(node)
 
 
+Kept = tuple[int, Ticket, Node, int]
+"""A kept match: its tokens, its ticket, and while the ticket is valid where it ends: the
+node ``C`` and the tokens of ``C``'s edge it covers (inside), or the node ``N`` and 0 (where
+``N`` ends). A valid ticket means that node is still attached with the same edge end (see
+above), so a lock can start there instead of walking the key again."""
+
+
 class MatchCache:
-    """``key -> (tokens, ticket)``: match lengths valid while their ticket is."""
+    """``key -> (tokens, ticket, node, shared)``: match lengths valid while their ticket is."""
 
     __slots__ = ("_sweep_at", "kept", "limit")
 
     def __init__(self, limit: int = MAX_KEPT_MATCHES) -> None:
-        self.kept: dict[bytes, tuple[int, Ticket]] = {}
+        self.kept: dict[bytes, Kept] = {}
         """The tree reads it directly on its hot path; always the same dict object."""
         self.limit = limit
         self._sweep_at = min(limit, SWEEP_MIN_ENTRIES)
@@ -111,9 +118,10 @@ class MatchCache:
             return None
         return kept[0]
 
-    def put(self, key: bytes, tokens: int, node: Node, head: bytes | None) -> None:
-        """Keep ``tokens`` as the match of ``key``, which ends inside ``node``'s edge
-        (``head`` :data:`INSIDE`) or where it ends, the key going on with ``head``."""
+    def put(self, key: bytes, tokens: int, node: Node, head: bytes | None, shared: int) -> None:
+        """Keep ``tokens`` as the match of ``key``, which ends inside ``node``'s edge after
+        ``shared`` of its tokens (``head`` :data:`INSIDE`) or where it ends, the key going
+        on with ``head`` (``shared`` 0)."""
         if head is None:
             ticket = node.ticket
             if ticket is None:
@@ -128,7 +136,7 @@ class MatchCache:
         kept = self.kept
         if len(kept) >= self._sweep_at and key not in kept:
             self._sweep()
-        kept[key] = (tokens, ticket)
+        kept[key] = (tokens, ticket, node, shared)
 
     def _sweep(self) -> None:
         """Drop the matches of keys nothing else holds; past :attr:`limit`, drop them all.

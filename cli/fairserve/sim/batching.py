@@ -131,13 +131,17 @@ class BatchFormer:
         # touching the tree.
         refused_need = [pool.capacity_tokens + 1]
         ratio = pool.reserve_output_ratio  # fixed while a batch forms
-        cached_prefix, get_match = pool.cached_prefix, matches.get
-
-        def match_len(req: Request) -> int:
-            cached = get_match(id(req))
-            if cached is None:
-                cached = matches[id(req)] = cached_prefix(req)
-            return cached
+        # A refused claim this low refuses the smallest waiting request too (every one needs
+        # a prompt token besides its reservation): every later answer would be the refusal
+        # above, so the decision ends there (EXHAUSTED). Memory stays too tight until a
+        # finish, so the engine's "nothing admissible" checks read ``may_fit_any``, not the
+        # requests left unasked (under overload most of the queue).
+        smallest = waiting.min_remaining_output()
+        floor_need = 0
+        if chunked and smallest is not None and waiting.all_keyed():
+            floor_need = 1 + pool.reservation_of(smallest)
+        get_match = matches.get
+        match_len = pool.prefix_matcher(matches)
 
         def answer(req: Request) -> Answer:
             budget = batch.budget_tokens
@@ -167,7 +171,7 @@ class BatchFormer:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
             if slot is None:
                 batch.refused.add(id(req))
-                return NO_FIT
+                return EXHAUSTED if refused_need[0] <= floor_need else NO_FIT
             self._start(slot, batch, now_s, chunked)
             return FIT
 

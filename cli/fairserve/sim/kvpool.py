@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fairserve.core.errors import ConfigError
@@ -124,10 +124,25 @@ class KVPool:
     def cached_prefix(self, req: Request) -> int:
         """Prompt tokens served from cache if admitted now (at least one token is computed,
         as in SGLang, so the last position yields logits)."""
-        key = req.prompt_key
-        if not key:
-            return 0
-        return min(self.tree.match_len(key), len(key) // TOKEN_BYTES - 1)
+        return self.prefix_matcher({})(req)
+
+    def prefix_matcher(self, memo: dict[int, int]) -> Callable[[Request], int]:
+        """:meth:`cached_prefix` remembered per request (by ``id``) in ``memo``: what one
+        batch formation asks for every waiting request, answered as the tree was when first
+        asked (an admission may evict below a later request's match). One call frame per
+        request: under overload this is the simulator's most frequent call."""
+        tree_match, remembered = self.tree.match_len, memo.get
+
+        def cached_prefix(req: Request) -> int:
+            i = id(req)
+            cached = remembered(i)
+            if cached is None:
+                key = req.prompt_key
+                cached = min(tree_match(key), len(key) // TOKEN_BYTES - 1) if key else 0
+                memo[i] = cached
+            return cached
+
+        return cached_prefix
 
     def reservation(self, req: Request) -> int:
         remaining = max(0, req.max_output_tokens - req.output_tokens)
@@ -140,23 +155,25 @@ class KVPool:
 
     # ---------------------------------------------------------------- admission
     def try_admit(self, req: Request, output_key: bytes) -> Slot | None:
-        """Lock the request's cached prefix and claim its memory, or change nothing.
+        """Lock the request's cached prefix and claim its memory, or claim nothing.
 
         Locking makes the matched prefix unevictable, so the claim counts those tokens too
-        when they were not locked already."""
+        when they were not locked already. A refusal still refreshes the matched prefix in
+        the LRU order, as SGLang's lock and unlock of it do (the tree's probe: one walk)."""
         tree = self.tree
-        protected_before = tree.protected_tokens
-        matched = tree.lock(req.prompt_key)
+        key = req.prompt_key
+        node, matched, fresh = tree.probe_lock(key)
         prompt_tokens = req.input_tokens
         cached = min(matched, max(0, prompt_tokens - 1))
         # A retracted request recomputes the output it had generated (SGLang re-prefills it).
         extend = prompt_tokens - cached + req.output_tokens
         reserve = self.reservation(req)
-        claim = self.private_tokens + self.reserved_tokens + tree.protected_tokens
+        claim = self.private_tokens + self.reserved_tokens + tree.protected_tokens + fresh
         if claim + extend + reserve > self.capacity_tokens:
-            self.last_refused_claim = extend + reserve + tree.protected_tokens - protected_before
-            tree.unlock(req.prompt_key)
+            self.last_refused_claim = extend + reserve + fresh
+            tree.release_probe(node)
             return None
+        tree.lock_probed(key, node, matched)
         self._make_room(extend)
         self.private_tokens += extend
         self.reserved_tokens += reserve

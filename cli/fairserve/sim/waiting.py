@@ -30,7 +30,7 @@ class WaitingQueue:
     A waiting request's ``output_tokens`` does not change while it waits (it changes only
     while running), so its remaining output is fixed from ``append`` to ``remove``."""
 
-    __slots__ = ("_by_client", "_min_heap", "_output_keys", "_remaining", "_reqs")
+    __slots__ = ("_by_client", "_keyless", "_min_heap", "_output_keys", "_remaining", "_reqs")
 
     def __init__(self) -> None:
         self._reqs: dict[int, Request] = {}
@@ -42,6 +42,8 @@ class WaitingQueue:
         """remaining output -> waiting requests with it."""
         self._min_heap: list[int] = []
         """The keys of ``_remaining``; a key whose count fell to 0 is dropped lazily."""
+        self._keyless = 0
+        """Waiting requests with an empty prompt key (they need no prompt token)."""
 
     # ---------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -83,6 +85,10 @@ class WaitingQueue:
             counts.pop(top, None)
         return None
 
+    def all_keyed(self) -> bool:
+        """True when every waiting request has a prompt (needs at least one prompt token)."""
+        return not self._keyless
+
     def output_key(self, req: Request) -> bytes:
         return self._output_keys.get(id(req), b"")
 
@@ -114,6 +120,8 @@ class WaitingQueue:
         else:
             del self._by_client[client]
         self._remaining[remaining_output(req)] -= 1
+        if not req.prompt_key:
+            self._keyless -= 1
 
     def remove_all(self, reqs: Iterable[Request]) -> None:
         for req in reqs:
@@ -122,6 +130,8 @@ class WaitingQueue:
     def _joined(self, req: Request, output_key: bytes) -> None:
         if output_key:
             self._output_keys[id(req)] = output_key
+        if not req.prompt_key:
+            self._keyless += 1
         client = req.client
         self._by_client[client] = self._by_client.get(client, 0) + 1
         remaining = remaining_output(req)
