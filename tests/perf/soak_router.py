@@ -57,6 +57,11 @@ class ClassStats:
     lost: int = 0
     skipped: int = 0
     latencies_s: list[float] = field(default_factory=list)
+    answered_at_s: list[float] = field(default_factory=list)
+    """When each answer arrived (monotonic): throughput is read inside the offered window."""
+
+    def answered_between(self, start_s: float, end_s: float) -> int:
+        return sum(1 for t in self.answered_at_s if start_s <= t <= end_s)
 
     def summary(self) -> dict[str, Any]:
         lat = sorted(self.latencies_s)
@@ -84,7 +89,9 @@ def cluster(args: argparse.Namespace) -> Iterator[tuple[str, psutil.Process]]:
         urls = []
         for _ in range(args.workers):
             port = free_port()
-            proc = spawn(worker_command("--port", str(port), "--speed", str(args.speed)))
+            proc = spawn(
+                worker_command("--port", str(port), "--speed", str(args.speed), *args.worker_arg)
+            )
             procs.append(proc)
             urls.append(read_ready_url(proc))
         port = free_port()
@@ -207,7 +214,9 @@ async def offer(
                 return
             if status == 200:
                 stats[kind].answered += 1
-                stats[kind].latencies_s.append(time.monotonic() - started)
+                now = time.monotonic()
+                stats[kind].latencies_s.append(now - started)
+                stats[kind].answered_at_s.append(now)
             else:
                 stats[kind].refused[status] = stats[kind].refused.get(status, 0) + 1
 
@@ -235,32 +244,51 @@ async def offer(
 
 
 async def sample_process(
-    proc: psutil.Process, url: str, every_s: float, stop: asyncio.Event
+    proc: psutil.Process,
+    url: str,
+    every_s: float,
+    stop: asyncio.Event,
+    fairness: list[tuple[float, float, float]] | None = None,
 ) -> list[tuple[float, float, int, int]]:
     """(seconds since start, RSS MiB, open fds, requests inside the router) every
     ``every_s`` until ``stop``: the router's memory grows with the requests it holds, so a
-    slope is read against them (-1: the state read failed)."""
+    slope is read against them (-1: the state read failed). ``fairness`` gets (seconds,
+    Jain's index, max service gap) of the router's window at each sample."""
     start = time.monotonic()
     rows = []
     timeout = aiohttp.ClientTimeout(total=max(1.0, every_s))
     async with aiohttp.ClientSession(base_url=url, timeout=timeout) as session:
         while not stop.is_set():
-            active = await _active_requests(session)
+            active, jain, gap = await _router_state(session)
             with proc.oneshot():
                 rss_mib, fds = proc.memory_info().rss / 2**20, proc.num_fds()
-            rows.append((time.monotonic() - start, rss_mib, fds, active))
+            now_s = time.monotonic() - start
+            rows.append((now_s, rss_mib, fds, active))
+            if fairness is not None and jain is not None and gap is not None:
+                fairness.append((now_s, jain, gap))
             with suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every_s)
     return rows
 
 
-async def _active_requests(session: aiohttp.ClientSession) -> int:
+async def _router_state(session: aiohttp.ClientSession) -> tuple[int, float | None, float | None]:
+    """Requests held, Jain's index and the max service gap (-1, None, None: unreadable)."""
     try:
         async with session.get("/fairserve/v1/state?limit=1") as resp:
             state = await resp.json()
-        return int(state["router"]["active_requests"])
+        return (
+            int(state["router"]["active_requests"]),
+            float(state["jain_index"]),
+            float(state["max_service_gap"]),
+        )
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-        return -1
+        return -1, None, None
+
+
+def _span(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"first": values[0], "last": values[-1], "min": min(values), "max": max(values)}
 
 
 def slope_per_min(points: list[tuple[float, float]]) -> float | None:
@@ -289,13 +317,26 @@ async def run_phase(
     duration_s: float,
 ) -> dict[str, Any]:
     stop = asyncio.Event()
-    sampler = asyncio.create_task(sample_process(proc, url, args.sample_s, stop))
+    fairness: list[tuple[float, float, float]] = []
+    sampler = asyncio.create_task(sample_process(proc, url, args.sample_s, stop, fairness))
+    started_s = time.monotonic()
     stats = await offer(url, clients, duration_s)
+    # Answers per second from the end of the warm-up to the end of the offered load.
+    window = (started_s + args.warmup_s, started_s + duration_s)
+    answered = sum(s.answered_between(*window) for s in stats.values())
+    throughput = answered / max(1e-9, window[1] - window[0])
     stop.set()
     rows = await sampler
     warm = [r for r in rows if r[0] >= args.warmup_s]
     return {
         "classes": {k: v.summary() for k, v in stats.items()},
+        "throughput_req_per_s": throughput,
+        # The router's fairness window over time: a bounded gap stays flat after warm-up.
+        "jain_index": _span([j for t, j, _ in fairness if t >= args.warmup_s]),
+        "max_service_gap": _span([g for t, _, g in fairness if t >= args.warmup_s]),
+        "max_service_gap_slope_per_min": slope_per_min(
+            [(t, g) for t, _, g in fairness if args.warmup_s <= t <= duration_s]
+        ),
         "router_rss_mib": {
             "first": rows[0][1],
             "last": rows[-1][1],
@@ -350,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         over = report["overload"]["classes"].get("light", {})
         if base.get("latency_p99_s") and over.get("latency_p99_s"):
             report["light_p99_ratio"] = over["latency_p99_s"] / base["latency_p99_s"]
+        report["throughput_over_capacity"] = report["overload"]["throughput_req_per_s"] / capacity
     print(json.dumps(report, indent=1))
     return 0
 
@@ -359,6 +401,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--speed", type=float, default=0.05, help="worker --speed (slower: cheaper)")
+    p.add_argument(
+        "--worker-arg",
+        action="append",
+        default=[],
+        help="extra fairserve worker option (repeat; e.g. --worker-arg=--max-running-requests=64)",
+    )
     p.add_argument("--heavy", type=int, default=10)
     p.add_argument("--light", type=int, default=40)
     p.add_argument("--overload", type=float, default=2.0, help="offered load / capacity")
