@@ -88,3 +88,41 @@ def test_the_tighter_bound_applies_at_every_record() -> None:
     for index in range(20):
         model.released(tokens_to_key([200 + index] * 10), "w0")
     assert 40 < model.worker_tokens("w0") <= 100
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["record", "ask", "done", "evict", "forget", "bound"]),
+        st.sampled_from(WORKERS),
+        prompts,
+        st.integers(0, 40),
+    ),
+    max_size=60,
+)
+
+
+@given(operations)
+def test_kept_matches_are_always_what_a_walk_finds(
+    ops: list[tuple[str, str, list[int], int]],
+) -> None:
+    """Asked again between records, evictions, bounds and forgetting, a kept match equals a
+    fresh walk of the tree (the kept-match invalidation misses no change)."""
+    model = CacheModel()
+    asked: set[bytes] = set()
+    for op, worker, tokens, size in ops:
+        key = tokens_to_key(tokens)
+        if op == "record":
+            model.record(key, worker)
+        elif op == "ask":
+            asked.add(key)
+        elif op == "done":
+            model.done_asking(key, worker)
+        elif op == "evict":
+            model.evicted(worker, key[: 4 * (size % (len(tokens) + 1))])
+        elif op == "forget":
+            model.forget(worker)
+        else:
+            model.bound(worker, size)
+        for other in WORKERS:
+            for probe in asked | {key}:
+                assert model.match_len(probe, other) == model.walk_len(probe, other)

@@ -135,6 +135,7 @@ class FairQueue:
             self.abort(req)
             return
         self._waiting.remove(req)
+        self.cache.done_asking(req.prompt_key, self.worker)
         self.policy.on_abort(req, self._clock(), was_waiting=True)
 
     def _free(self, req: Request, now: float) -> None:
@@ -164,6 +165,7 @@ class FairQueue:
             self._admitted.add(id(req))
             self.released += 1
             self.cache.released(req.prompt_key, self.worker)
+            self.cache.done_asking(req.prompt_key, self.worker)
             future = self._futures.get(id(req))
             if future is not None and not future.done():
                 future.set_result(None)

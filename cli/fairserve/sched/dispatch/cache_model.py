@@ -28,6 +28,16 @@ back with an empty cache (:meth:`forget`), and one approximate LRU bound per wor
 at every record wherever the record comes from: the tighter of the host's limit
 (:meth:`bound`, from the worker's KV capacity) and the dispatcher's
 ``max_tree_tokens_per_worker`` (``max_tokens_per_worker``).
+
+**Kept matches**: a fair queue's policy asks :meth:`match_len` for every waiting request at
+every decision, so the answers are kept per worker until they may have changed. A record of
+``K`` for worker ``w`` can only lengthen the match of a kept key ``X`` whose match stopped
+exactly where ``w``'s hold on ``K`` stopped before the record, on the same next token (a
+longer shared prefix would have been held already); so the kept keys are filed by their
+match plus the next token (a hash of that prefix: a collision only drops a match that was
+still right), and a record drops that one file. Anything that takes from ``w`` (eviction,
+bound, forgetting) drops all of ``w``'s kept matches; the queue drops a request's match when
+the request stops waiting (:meth:`done_asking`), so only waiting prompts are kept.
 """
 
 from __future__ import annotations
@@ -36,6 +46,10 @@ from fairserve.core.errors import ConfigError
 from fairserve.core.radix import OwnerMatch, RadixTree
 from fairserve.core.radix_node import common_tokens
 from fairserve.core.types import TOKEN_BYTES
+
+MAX_KEPT_MATCHES = 1 << 14
+"""Kept matches per worker; past it they are all dropped (a safety net: a queue drops its
+requests' matches as they leave, and the router holds at most 4,096 requests)."""
 
 LRU_LOW_WATERMARK = 0.9
 """Share of the bound an over-full worker is trimmed down to: trimming scans that worker's
@@ -54,6 +68,11 @@ class CacheModel:
         """The host's bound per worker (see :meth:`bound`)."""
         self._queued: set[str] = set()
         """Workers behind a fair queue: their prompts are recorded at release."""
+        self._kept: dict[str, dict[bytes, tuple[int, int | None]]] = {}
+        """Per worker, key -> (the match length :meth:`match_len` answered, its file)."""
+        self._files: dict[str, dict[int, set[bytes]]] = {}
+        """Per worker, the kept keys by where their match stops: the hash of the key's first
+        match + 1 tokens (a key matched in full has no file: no record lengthens it)."""
 
     # ------------------------------------------------------------------ queries
     def match(self, key: bytes) -> OwnerMatch:
@@ -61,10 +80,42 @@ class CacheModel:
         return self.tree.match_owners(key)
 
     def match_len(self, key: bytes, worker: str) -> int:
-        """Tokens of ``key`` that ``worker`` holds (its longest prefix match).
+        """Tokens of ``key`` that ``worker`` holds (its longest prefix match), kept until a
+        change to ``worker``'s share may have moved it."""
+        kept = self._kept.get(worker)
+        if kept is None:
+            kept = self._kept[worker] = {}
+            self._files[worker] = {}
+        else:
+            entry = kept.get(key)
+            if entry is not None:
+                return entry[0]
+        tokens = self.walk_len(key, worker)
+        if len(kept) >= MAX_KEPT_MATCHES:
+            self._drop_kept(worker)
+        stop = (tokens + 1) * TOKEN_BYTES
+        file = hash(key[:stop]) if stop <= len(key) else None
+        kept[key] = (tokens, file)
+        if file is not None:
+            self._files[worker].setdefault(file, set()).add(key)
+        return tokens
 
-        A worker holding a node holds every node above it, so the walk stops at the first
-        node of the key's path the worker does not hold."""
+    def done_asking(self, key: bytes, worker: str) -> None:
+        """Nobody waits on ``key``'s match on ``worker`` any more: do not keep it."""
+        kept = self._kept.get(worker)
+        entry = kept.pop(key, None) if kept else None
+        if entry is None or entry[1] is None:
+            return
+        files = self._files[worker]
+        keys = files.get(entry[1])
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del files[entry[1]]
+
+    def walk_len(self, key: bytes, worker: str) -> int:
+        """:meth:`match_len` by walking the tree. A worker holding a node holds every node
+        above it, so the walk stops at the first node of the path the worker lacks."""
         node = self.tree._trie.root
         pos, n = 0, len(key)
         startswith = key.startswith
@@ -99,8 +150,25 @@ class CacheModel:
 
     def record(self, key: bytes, worker: str) -> None:
         """``worker`` will cache ``key``. Applies the worker's bound."""
+        if self._kept.get(worker):
+            self._lengthened(key, worker)
         self.tree.insert(key, worker)
         self._trim(worker)
+
+    def _lengthened(self, key: bytes, worker: str) -> None:
+        """Drop the kept matches a record of ``key`` may lengthen (see the module's note)."""
+        stop = (self.walk_len(key, worker) + 1) * TOKEN_BYTES
+        if stop > len(key):
+            return  # held in full already: the record adds nothing
+        kept = self._kept[worker]
+        for other in self._files[worker].pop(hash(key[:stop]), ()):
+            kept.pop(other, None)
+
+    def _drop_kept(self, worker: str) -> None:
+        kept = self._kept.get(worker)
+        if kept:
+            kept.clear()
+            self._files[worker].clear()
 
     def queue_in_front(self, worker: str, queued: bool) -> None:
         """Whether a fair queue stands in front of ``worker`` (and records its prompts)."""
@@ -112,11 +180,13 @@ class CacheModel:
     # ------------------------------------------------------------------ forgetting
     def evicted(self, worker: str, key: bytes) -> None:
         """Apply an eviction event reported by ``worker`` (``b""``: all of its cache)."""
-        self.tree.remove_owner(key, worker)
+        if self.tree.remove_owner(key, worker):
+            self._drop_kept(worker)
 
     def forget(self, worker: str) -> None:
         """``worker`` left (or restarted with an empty cache)."""
         self.tree.remove_owner_everywhere(worker)
+        self._drop_kept(worker)
 
     def bound(self, worker: str, max_tokens: int) -> None:
         """The host's bound on ``worker``'s share (0: none), kept for every later record
@@ -132,3 +202,4 @@ class CacheModel:
         tree = self.tree
         if limit and tree.owner_tokens(worker) > limit:
             tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK))
+            self._drop_kept(worker)
