@@ -1,7 +1,7 @@
 """What the SGLang plugin costs per batching step, inside SGLang's real scheduling objects.
 
     .venv-sglang/bin/python tests/perf/bench_sglang_plugin.py [--json] [--steps 100]
-        [--sizes 10,100,1000,10000]
+        [--sizes 10,100,1000,10000] [--clock cpu|wall]
 
 Needs SGLang (the ``.[sglang]`` environment, as ``tests/sglang_real``); no GPU, no model.
 The queue is kept at each size (six clients with shared prefixes, refilled every step) while
@@ -14,6 +14,8 @@ requests) and with DLPM and VTC inside it. DLPM runs with the three ways of gett
 lengths: ``prefix_len`` (what SGLang's own matching left: nothing new above 128 waiting,
 the plugin before kept matches), ``walk`` (every waiting request matched in SGLang's tree
 at every step) and ``kept`` (:mod:`fairserve.sglang.matches`, the plugin's default).
+Times are the scheduler thread's CPU time by default (``--clock cpu``: on a machine shared
+with other jobs, wall time mostly measures their load) or wall time (``--clock wall``).
 Medians, best and p99 over the steps that made a decision; the note gives the policy's
 questions per decision and, with kept matches, the share of matches answered without a
 walk; a first row gives the cost of one answer alone (a generator ``send`` into the
@@ -28,6 +30,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +55,16 @@ PREFIX_TOKENS = 48
 OWN_TOKENS = 16
 
 
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
 def bench(
-    size: int, policy: str | None, quantum: float | None, matching: str | None, steps: int
+    size: int,
+    policy: str | None,
+    quantum: float | None,
+    matching: str | None,
+    steps: int,
+    clock: Callable[[], float] = time.thread_time,
 ) -> list[Result]:
     from fairserve.sglang.host import PolicyHost
     from fairserve.sglang.matches import KeptMatches
@@ -66,10 +77,10 @@ def bench(
 
     class Timed(Engine):
         def _prefill(self) -> Prefill | None:
-            start = time.perf_counter()
+            start = clock()
             record = super()._prefill()
             if record is not None:
-                decisions.append(time.perf_counter() - start)
+                decisions.append(clock() - start)
             return record
 
     engine = Timed(kv_tokens=2048, max_running=4096)
@@ -79,9 +90,9 @@ def bench(
         begin = PolicyHost.begin_decision
 
         def timed_begin(waiting: list[Any], cache: Any = None) -> None:
-            start = time.perf_counter()
+            start = clock()
             begin(host, waiting, cache)
-            begins.append(time.perf_counter() - start)
+            begins.append(clock() - start)
 
         host.begin_decision = timed_begin  # type: ignore[method-assign]
     sent = 0
@@ -96,7 +107,7 @@ def bench(
             sent += 1
 
     iterations: list[float] = []
-    warmup = 10
+    warmup = min(10, steps)
     for step in range(warmup + steps):
         refill()
         if step == warmup:
@@ -104,10 +115,10 @@ def bench(
             begins.clear()
             if host is not None and host.matches is not None:
                 host.matches.walks = host.matches.reused = 0
-        start = time.perf_counter()
+        start = clock()
         engine.step()
         if step >= warmup:
-            iterations.append(time.perf_counter() - start)
+            iterations.append(clock() - start)
     name = policy or "off (SGLang LPM)"
     if matching is not None:
         name += f", {matching}"
@@ -184,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument("--steps", type=int, default=100, help="timed steps per case")
     parser.add_argument(
+        "--clock", choices=sorted(CLOCKS), default="cpu",
+        help="scheduler thread CPU time (default) or wall time",
+    )  # fmt: skip
+    parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="waiting requests, comma-separated"
     )
     args = parser.parse_args(argv)
@@ -204,12 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = [answer_cost()]
     for size in sizes:
         for policy, quantum, matching in CASES:
-            results += bench(size, policy, quantum, matching, args.steps)
+            results += bench(size, policy, quantum, matching, args.steps, CLOCKS[args.clock])
     if args.json:
         print_json(results)
     else:
         print(f"# {platform.python_implementation()} {platform.python_version()}, "
-              f"{os.cpu_count()} CPUs")  # fmt: skip
+              f"{os.cpu_count()} CPUs, {args.clock} time")  # fmt: skip
         print_table(results)
     return 0
 

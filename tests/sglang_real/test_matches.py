@@ -20,17 +20,23 @@ from tests.sglang_real.real import require_sglang
 require_sglang()
 
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
     EvictParams,
     InsertParams,
     MatchPrefixParams,
 )
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.common import match_kv_cache  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa: E402
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
 from fairserve.sglang.matches import KeptMatches  # noqa: E402
-from tests.sglang_real.harness import VOCAB, Engine, Step, set_policy  # noqa: E402
+from tests.sglang_real.harness import FLOAT16, VOCAB, Engine, Step, set_policy  # noqa: E402
 
 DOCUMENTS = [[d * 1000 + i for i in range(60)] for d in range(1, 5)]
 """Shared prefixes; prompts cut them at random points, so matches end inside edges too."""
@@ -56,18 +62,48 @@ def key_of(req: Req) -> RadixKey:
     return RadixKey(req.origin_input_ids + req.output_ids, req.extra_key, cache_salt=None)
 
 
-class Tree:
-    """SGLang's ``UnifiedRadixCache`` (Python tree core) and its KV allocator, driven by
-    the operations its scheduler performs."""
+def allocator(kv_pool: Any, kv_tokens: int, page_size: int) -> Any:
+    """SGLang's token allocator, or its paged one for pages of more than one token."""
+    if page_size == 1:
+        return TokenToKVPoolAllocator(
+            size=kv_tokens, dtype=FLOAT16, device="cpu", kvcache=kv_pool, need_sort=False
+        )
+    return PagedTokenToKVPoolAllocator(
+        size=kv_tokens, page_size=page_size, dtype=FLOAT16, device="cpu", kvcache=kv_pool,
+        need_sort=False,
+    )  # fmt: skip
 
-    def __init__(self, rng: random.Random, kv_tokens: int = 600) -> None:
+
+class Tree:
+    """SGLang's ``UnifiedRadixCache`` (Python tree core) and its KV allocator (paged for
+    pages of more than one token), driven by the operations its scheduler performs."""
+
+    def __init__(self, rng: random.Random, page_size: int = 1, kv_tokens: int = 600) -> None:
         self.rng = rng
-        engine = Engine(kv_tokens=kv_tokens)
-        self.cache, self.allocator = engine.cache, engine.allocator
+        self.page_size = page_size
+        Engine(kv_tokens=8)  # SGLang's global server arguments
+        kv_pool = MHATokenToKVPool(
+            size=kv_tokens, page_size=page_size, dtype=FLOAT16, head_num=1, head_dim=4,
+            layer_num=1, device="cpu", enable_memory_saver=False,
+        )  # fmt: skip
+        self.allocator = allocator(kv_pool, kv_tokens, page_size)
+        req_pool = ReqToTokenPool(
+            size=8, max_context_len=4096, device="cpu", enable_memory_saver=False
+        )
+        self.cache = UnifiedRadixCache(
+            CacheInitParams(
+                disable=False, req_to_token_pool=req_pool,
+                token_to_kv_pool_allocator=self.allocator, page_size=page_size,
+                tree_components=(ComponentType.FULL,),
+            )
+        )  # fmt: skip
         self.locks: list[Any] = []
         self.counts = {"insert": 0, "evict": 0, "lock": 0, "unlock": 0, "split": 0, "reset": 0}
 
     def insert(self, tokens: list[int], extra_key: str | None) -> None:
+        tokens = tokens[: len(tokens) // self.page_size * self.page_size]
+        if not tokens:
+            return
         value = self.allocator.alloc(len(tokens))
         if value is None:
             self.cache.evict(EvictParams(num_tokens=len(tokens)))
@@ -148,10 +184,12 @@ def churn(rng: random.Random, waiting: list[Req], serial: list[int]) -> None:
                 waiting.append(gone)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_kept_matches_equal_sglangs_own_matching_after_every_step(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "page_size"), [(s, 1) for s in range(5)] + [(5, 4), (6, 16)])
+def test_kept_matches_equal_sglangs_own_matching_after_every_step(
+    seed: int, page_size: int
+) -> None:
     rng = random.Random(seed)
-    tree = Tree(rng)
+    tree = Tree(rng, page_size)
     kept, fresh = KeptMatches(), KeptMatches(keep=False)
     waiting: list[Req] = []
     serial = [0]

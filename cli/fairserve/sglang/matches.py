@@ -59,13 +59,13 @@ class _Kept:
     """One request's kept match: ``length`` tokens, ending where ``node``'s edge ends
     (``parent`` None; ``head``: the key's next child key, None where the key ends) or
     part-way along ``node``'s edge below ``parent``, whose own edge ends at
-    ``parent_length``."""
+    ``parent_length``. The key itself is not kept (a copy of every waiting prompt): it is
+    built again for a walk, which reads it whole anyway."""
 
-    __slots__ = ("head", "key", "length", "node", "parent", "parent_length", "tokens")
+    __slots__ = ("head", "length", "node", "parent", "parent_length", "tokens")
 
-    def __init__(self, tokens: int, key: Any) -> None:
+    def __init__(self, tokens: int) -> None:
         self.tokens = tokens
-        self.key = key
         self.length = 0
         self.node: Any = None
         self.head: Any = None
@@ -114,26 +114,28 @@ class KeptMatches:
         """``sreq``'s match length now (kept, or walked where the tree changed)."""
         if getattr(sreq, "session", None) is not None:
             return None  # a streaming session matches through its slot, not the tree
-        rid = str(sreq.rid)
-        origin, output = sreq.origin_input_ids, sreq.output_ids
-        tokens = len(origin) + len(output)
+        rid = sreq.rid
+        tokens = len(sreq.origin_input_ids) + len(sreq.output_ids)
         kept = self.kept.get(rid)
         if kept is None or kept.tokens != tokens or not self.keep:
-            kept = _Kept(tokens, self._make_key(sreq, origin, output))
-            self._walk(kept, self._root, 0)
+            kept = _Kept(tokens)
+            self._walk(kept, sreq, self._root, 0)
         else:
-            self._check(kept)
+            self._check(kept, sreq)
         self._next[rid] = kept
         return kept.length
 
-    def _make_key(self, sreq: Any, origin: Any, output: Any) -> Any:
+    def _key(self, sreq: Any) -> Any:
+        """The key ``calc_priority`` matches (``match_kv_cache`` with
+        ``origin_input_ids + output_ids``), page-aligned as the tree core aligns it."""
+        origin, output = sreq.origin_input_ids, sreq.output_ids
         key = self._key_type(
-            origin + output, getattr(sreq, "extra_key", None),
+            origin + output if len(output) else origin, getattr(sreq, "extra_key", None),
             cache_salt=getattr(sreq, "cache_salt", None),
         )  # fmt: skip
         return key.page_aligned(self._core.page_size)
 
-    def _check(self, kept: _Kept) -> None:
+    def _check(self, kept: _Kept, sreq: Any) -> None:
         """Keep ``kept`` if the tree did not change where it ends, else walk again from
         the deepest node known to be on its path."""
         node, parent = kept.node, kept.parent
@@ -143,7 +145,7 @@ class KeptMatches:
                 if head is not None:
                     child = node.children.get(head)
                     if child is not None and not (child.evicted and not child.backuped):
-                        self._walk(kept, node, kept.length)
+                        self._walk(kept, sreq, node, kept.length)
                         return
                 self.reused += 1
                 return
@@ -152,9 +154,9 @@ class KeptMatches:
                 self.reused += 1
                 return
             if self._in_tree(parent):
-                self._walk(kept, parent, kept.parent_length)
+                self._walk(kept, sreq, parent, kept.parent_length)
                 return
-        self._walk(kept, self._root, 0)
+        self._walk(kept, sreq, self._root, 0)
 
     def _in_tree(self, node: Any) -> bool:
         """Whether ``node`` is still linked into the tree (so is its whole path: SGLang
@@ -168,10 +170,10 @@ class KeptMatches:
         except KeyError:
             return False
 
-    def _walk(self, kept: _Kept, node: Any, offset: int) -> None:
+    def _walk(self, kept: _Kept, sreq: Any, node: Any, offset: int) -> None:
         """SGLang's match walk, read-only, from ``node`` whose edge ends at ``offset``."""
         self.walks += 1
-        key, page = kept.key, self._core.page_size
+        key, page = self._key(sreq), self._core.page_size
         size = len(key)
         while offset < size:
             head = key.child_key_at(offset, page)
