@@ -21,13 +21,17 @@ Pure: standard library only, every time passed in.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from fairserve.core.errors import ConfigError
+from fairserve.core.ledger_window import ClientHistory as _ClientHistory
+from fairserve.core.ledger_window import WindowCache
 from fairserve.core.metrics import ServiceGap, ServiceSample, jain_index, max_service_gap
 
 SERVICE_UNIT = "service units: w_e·prompt + w_q·output tokens, divided by the client's weight"
@@ -41,17 +45,9 @@ the longest-active client, when the window is younger than that)."""
 GAP_MAX_CLIENTS = 64
 """The pairwise gap is computed over at most this many backlogged clients (the most and the
 least served in the window), so one read stays a few milliseconds whatever the fleet."""
-
-
-@dataclass(slots=True)
-class _ClientHistory:
-    weight: float
-    cumulative: float = 0.0
-    points: deque[tuple[float, float]] = field(default_factory=deque)
-    """(t_s, cumulative) where the cumulative changed, oldest first."""
-    runs: deque[list[float]] = field(default_factory=deque)
-    """[start_s, end_s] of busy runs (end is +inf while busy), oldest first."""
-    busy: int = 0
+WINDOW_CACHES = 4
+"""Window lengths whose figures are kept across reads (:mod:`~fairserve.core.ledger_window`);
+a read of another length drops the least recently read one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,20 +92,30 @@ class ServiceLedger:
         self.max_window_s = max_window_s
         self.clients: dict[str, _ClientHistory] = {}
         self.samples: deque[ServiceSample] = deque()
+        self._caches: dict[float, WindowCache] = {}
+        """Window length -> its figures kept across reads (created by the first read)."""
+        self._touched: set[str] = set()
+        """Clients changed since the last read (kept only once a read created a cache)."""
 
     # ------------------------------------------------------------------ events
     def add_client(self, name: str, weight: float, now_s: float) -> None:
         if name not in self.clients:
             history = self.clients[name] = _ClientHistory(weight)
             history.points.append((now_s, 0.0))
+            if self._caches:
+                self._touched.add(name)
 
     def forget(self, name: str) -> None:
         """Drop an idle client's history (the host bounds how many it tracks)."""
         self.clients.pop(name, None)
+        if self._caches:
+            self._touched.add(name)
 
     def set_weight(self, name: str, weight: float) -> None:
         if name in self.clients:
             self.clients[name].weight = weight
+            if self._caches:
+                self._touched.add(name)
 
     def credit(self, name: str, service: float, now_s: float) -> None:
         """``service`` delivered to ``name`` at ``now_s`` (negative: a correction).
@@ -119,6 +125,8 @@ class ServiceLedger:
         points per sample interval, whatever the token rate."""
         history = self.clients[name]
         history.cumulative += service
+        if self._caches:
+            self._touched.add(name)
         points = history.points
         last_sample_s = self.samples[-1].t_s if self.samples else -math.inf
         if (len(points) >= 2 and points[-2][0] >= last_sample_s) or (
@@ -133,6 +141,8 @@ class ServiceLedger:
         history = self.clients[name]
         if history.busy == 0:
             history.runs.append([now_s, math.inf])
+            if self._caches:
+                self._touched.add(name)
         history.busy += 1
 
     def idle(self, name: str, now_s: float) -> None:
@@ -141,6 +151,8 @@ class ServiceLedger:
         history.busy = max(0, history.busy - 1)
         if history.busy == 0 and history.runs:
             history.runs[-1][1] = now_s
+            if self._caches:
+                self._touched.add(name)
 
     def sample(
         self, now_s: float, backlogged: Iterable[str] | None = None, every_client: bool = False
@@ -173,7 +185,26 @@ class ServiceLedger:
         return {name: history.cumulative for name, history in self.clients.items()}
 
     def window(self, window_s: float, now_s: float, weighted: bool = True) -> WindowView:
-        """Jain's index and the service gap over ``[now − window_s, now]``."""
+        """Jain's index and the service gap over ``[now − window_s, now]``.
+
+        Weighted reads are kept up to date across reads (:mod:`~fairserve.core.ledger_window`):
+        a read recomputes only the clients whose figures may have changed since the last one,
+        with answers equal to :meth:`window_full`'s."""
+        if not (0 < window_s <= self.max_window_s):
+            raise ConfigError(f"window_s must be within (0, {self.max_window_s:g}], got {window_s}")
+        if not weighted or (self.samples and now_s < self.samples[-1].t_s):
+            # A read before the last sample may reach history pruned since (a host reads
+            # at the present): computed from what is left, as before.
+            return self.window_full(window_s, now_s, weighted)
+        cache = self._cache(window_s)
+        figures = cache.read(self.clients, self.samples, now_s, MIN_ACTIVE_S)
+        start_s = now_s - window_s
+        judged_start = start_s if figures.judged_start_s is None else figures.judged_start_s
+        return self._view(window_s, now_s, True, figures.rates, judged_start, figures.backlogged)
+
+    def window_full(self, window_s: float, now_s: float, weighted: bool = True) -> WindowView:
+        """The window computed from scratch over every client (what :meth:`window` keeps
+        up to date; the tests compare the two)."""
         if not (0 < window_s <= self.max_window_s):
             raise ConfigError(f"window_s must be within (0, {self.max_window_s:g}], got {window_s}")
         start_s = now_s - window_s
@@ -189,12 +220,34 @@ class ServiceLedger:
             delta = history.cumulative - _value_at(history.points, start_s)
             rates[name] = max(0.0, delta) / span_s / (history.weight if weighted else 1.0)
         judged_start = min((spans[n][0] for n in rates), default=start_s)
-        gap, gap_clients = self._gap(start_s, now_s, rates)
+        return self._view(window_s, now_s, weighted, rates, judged_start, None)
+
+    def _cache(self, window_s: float) -> WindowCache:
+        """The cache of ``window_s``, told of every client changed since the last read."""
+        caches = self._caches
+        cache = caches.pop(window_s, None)
+        if cache is None:
+            cache = WindowCache(window_s)
+            if len(caches) >= WINDOW_CACHES:
+                del caches[next(iter(caches))]
+        caches[window_s] = cache  # most recently read last
+        if self._touched:
+            for each in caches.values():
+                each.dirty |= self._touched
+            self._touched = set()
+        return cache
+
+    def _view(
+        self, window_s: float, now_s: float, weighted: bool, rates: dict[str, float],
+        judged_start: float, backlogged: Iterable[str] | None,
+    ) -> WindowView:  # fmt: skip
+        start_s = now_s - window_s
+        gap, gap_clients = self._gap(start_s, rates, backlogged)
         return WindowView(
             window_s=window_s,
             start_s=max(start_s, judged_start),
             end_s=now_s,
-            jain_index=jain_index(rates.values()),
+            jain_index=jain_index(sorted(rates.values())),  # one order whatever the dict's
             weighted=weighted,
             rates=rates,
             service_gap=gap,
@@ -202,18 +255,22 @@ class ServiceLedger:
         )
 
     def _gap(
-        self, start_s: float, now_s: float, rates: Mapping[str, float]
+        self, start_s: float, rates: Mapping[str, float], backlogged: Iterable[str] | None
     ) -> tuple[ServiceGap, int]:
+        """The pairwise gap over the most and least served backlogged clients; each
+        sample's cumulatives are looked up for those only, not walked whole."""
         inside = [s for s in self.samples if s.t_s >= start_s]
-        backlogged = set().union(*(s.backlogged for s in inside)) if inside else set()
+        if backlogged is None:
+            backlogged = set().union(*(s.backlogged for s in inside)) if inside else set()
         keep = _extremes(backlogged, rates, GAP_MAX_CLIENTS)
         if len(keep) < 2:
             return ServiceGap(0.0), len(keep)
+        clients = self.clients
         trimmed = [
             ServiceSample(
                 s.t_s,
-                {c: v / self.clients[c].weight for c, v in s.cumulative.items() if c in keep
-                 and c in self.clients},
+                {c: s.cumulative[c] / clients[c].weight for c in keep
+                 if c in s.cumulative and c in clients},
                 s.backlogged & keep,
             )
             for s in inside
@@ -262,10 +319,13 @@ def _span(history: _ClientHistory, start_s: float, now_s: float) -> tuple[float,
     return min(begins), max(ends)
 
 
-def _extremes(names: set[str], rates: Mapping[str, float], limit: int) -> frozenset[str]:
-    """At most ``limit`` of ``names``: the most and the least served (by window rate)."""
+def _extremes(names: Iterable[str], rates: Mapping[str, float], limit: int) -> frozenset[str]:
+    """At most ``limit`` of ``names``: the most and the least served (by window rate, then
+    name), picked from (rate, name) pairs built and compared in C, not by a key function."""
+    names = frozenset(names)
     if len(names) <= limit:
-        return frozenset(names)
-    ordered = sorted(names, key=lambda n: (rates.get(n, 0.0), n))
+        return names
     half = limit // 2
-    return frozenset(ordered[:half] + ordered[-(limit - half) :])
+    ranked = list(zip(map(rates.get, names, repeat(0.0)), names, strict=True))
+    ends = heapq.nsmallest(half, ranked) + heapq.nlargest(limit - half, ranked)
+    return frozenset(name for _, name in ends)

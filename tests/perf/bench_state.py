@@ -1,0 +1,85 @@
+"""In-process cost of one state read (and one ``/metrics`` render) with many clients.
+
+Issue 18: no single read may block the router's event loop for more than a few ms. This
+fills a real :class:`~fairserve.router.service.Router`'s accounting with ``--clients``
+clients over a minute of history (arrivals, streamed credit, finishes, the periodic
+samples), then times ``snapshot`` (what ``GET /fairserve/v1/state`` serves) and the
+``/metrics`` text, ``--reads`` times each, and prints the median and the worst in ms.
+No server, no worker: only the reads. Bounded in count and time. Example::
+
+    python -m tests.perf.bench_state --clients 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+from fairserve.router.accounting import Usage
+from fairserve.router.config import RouterConfig
+from fairserve.router.service import Router
+from fairserve.router.state import json_safe, snapshot
+
+HISTORY_S = 60.0
+
+
+def fill(router: Router, clients: int, requests_per_client: int, seed: int = 0) -> None:
+    """``clients`` clients, each with ``requests_per_client`` requests spread over the last
+    ``HISTORY_S`` seconds, each lasting 10 ms to 1 s (those not over by now still in
+    flight), sampled every second as the router is."""
+    rng = random.Random(seed)
+    acc = router.accounting
+    start_s = time.monotonic() - HISTORY_S
+    events: list[tuple[float, int, str, int]] = []
+    for c in range(clients):
+        for r in range(requests_per_client):
+            t = start_s + rng.uniform(0, HISTORY_S)
+            events.append((t, 0, f"client-{c}", r))
+            end_s = t + rng.uniform(0.01, 1.0)
+            if end_s < start_s + HISTORY_S:
+                events.append((end_s, 1, f"client-{c}", r))
+    events.sort()
+    next_sample_s = start_s
+    for t, kind, client, _ in events:
+        while next_sample_s <= t:
+            acc.sample(next_sample_s)
+            next_sample_s += 1.0
+        if kind == 0:
+            acc.arrived(client, 30.0, t)
+            acc.delivered(client, "w", 10, 1, t)
+        else:
+            acc.finished(client, "w", 30.0, Usage(10, 2, 5), 0.3, 0.05, t, Usage(10, 0, 1))
+
+
+def timed(what: Callable[[], object], reads: int) -> tuple[float, float]:
+    times = []
+    for _ in range(reads):
+        started = time.perf_counter()
+        what()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), max(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=10_000)
+    parser.add_argument("--requests-per-client", type=int, default=3)
+    parser.add_argument("--reads", type=int, default=20)
+    args = parser.parse_args()
+    router = Router(RouterConfig(worker_urls=["http://127.0.0.1:9"]))
+    fill(router, args.clients, args.requests_per_client)
+    state_ms = timed(lambda: json_safe(snapshot(router)), args.reads)
+    print(f"clients={len(router.accounting.clients)} state read: median {state_ms[0]:.2f} ms, "
+          f"max {state_ms[1]:.2f} ms")
+    render = getattr(router.metrics, "scrape", None)
+    if render is None:
+        render = lambda: router.metrics.render(json_safe(snapshot(router)))  # noqa: E731
+    metrics_ms = timed(render, args.reads)
+    print(f"/metrics render: median {metrics_ms[0]:.2f} ms, max {metrics_ms[1]:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
