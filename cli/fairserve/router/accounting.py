@@ -408,13 +408,17 @@ class Accounting:
             "service_rate": sum(r[1] for r in s.recent) / span_s,
             "requests_per_s": sum(r[3] for r in s.recent) / span_s,
             "tokens_per_s": sum(r[2] for r in s.recent) / span_s,
-            "latency_p50_s": _pct(s.latencies_s, 50),
-            "latency_p99_s": _pct(s.latencies_s, 99),
-            "ttft_p50_s": _pct(s.ttfts_s, 50),
-            "ttft_p99_s": _pct(s.ttfts_s, 99),
+            **_percentiles("latency", s.latencies_s),
+            **_percentiles("ttft", s.ttfts_s),
         }
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    value = percentile(list(values), q)
+def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:
+    """p50 and p99 of ``values`` (None when there are none), sorted once for both."""
+    ordered = sorted(values)
+    return {f"{name}_p50_s": _pct(ordered, 50), f"{name}_p99_s": _pct(ordered, 99)}
+
+
+def _pct(ordered: Sequence[float], q: float) -> float | None:
+    value = percentile(ordered, q)
     return None if math.isnan(value) else value
