@@ -2,8 +2,9 @@
 
 Each part of the router that counts or holds something per request hears the lifecycle's
 events here and nowhere else: the ledger (:class:`LedgerFeed`), the workers' dispatcher,
-fair queues and in-flight counts with their health verdicts (:class:`WorkerFeed`), the
-Prometheus counters (:class:`MetricsFeed`) and the workload trace (:class:`TraceFeed`).
+fair queues and in-flight counts with their health verdicts (:class:`WorkerFeed`) and the
+workload trace (:class:`TraceFeed`). The Prometheus counters are the ledger's, read at scrape
+time (:mod:`~fairserve.router.metrics`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from fairserve.core.types import Request
 from fairserve.router.accounting import NO_USAGE, Accounting, Usage
 from fairserve.router.fairqueue import FairQueue
 from fairserve.router.lifecycle import Call, Subscriber
-from fairserve.router.metrics import RouterMetrics
 from fairserve.router.upstream import Upstream
 from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.sched.dispatch.cache_model import CacheModel
@@ -154,28 +154,6 @@ class WorkerFeed(Subscriber):
             up.outlier_ejections = 0
         else:
             self.router.answer_failed(worker, fault, unreachable)
-
-
-class MetricsFeed(Subscriber):
-    """The per-client Prometheus counters and histograms (they outlive the ledger's
-    forgetting of idle clients, as counters must)."""
-
-    def __init__(self, metrics: RouterMetrics, accounting: Accounting) -> None:
-        self.metrics = metrics
-        self.accounting = accounting
-
-    def refused(self, client: str) -> None:
-        self.metrics.ended(client, "rejected")
-
-    def answered(
-        self, call: Call, usage: Usage, latency_s: float, ttft_s: float | None, now_s: float
-    ) -> None:
-        acc = self.accounting
-        service = acc.w_e * usage.prompt_tokens + acc.w_q * usage.completion_tokens
-        self.metrics.finished(call.client, service, usage, latency_s, ttft_s)
-
-    def ended(self, call: Call, outcome: str) -> None:
-        self.metrics.ended(call.client, outcome)
 
 
 class TraceFeed(Subscriber):
