@@ -36,8 +36,9 @@ def test_health_info_and_models() -> None:
                 assert status == 200
                 assert info["max_total_num_tokens"] == 4096
                 assert info["chunked_prefill_size"] == 512
-                # The bounded running batch (the tiny profile's knee, capped at 1024).
-                assert info["max_running_requests"] == 1024
+                # The bounded running batch: the tiny profile's knee (2064 tokens) over the
+                # 5 tokens a running request brings to a mixed step.
+                assert info["max_running_requests"] == 413
                 assert info["model_path"] == "sim-8b"
                 assert info["fairserve"] == {
                     "engine": "sim",

@@ -70,6 +70,11 @@ class WorkerConfig:
 
 MIN_RUNNING_REQUESTS = 32
 MAX_RUNNING_REQUESTS = 1024
+STEP_TOKENS_PER_REQUEST = 5
+"""Tokens a running request puts in each step of a mixed (chunked-prefill) batch, on
+average: its decode token plus its prompt spread over its output steps, ``(P + O) / O``,
+for prompts about four times the output (the soak's 126-token prompts and 32-token answers;
+chat and RAG traffic runs 2 to 10)."""
 
 
 def max_running_requests(profile: Profile) -> int:
@@ -78,11 +83,18 @@ def max_running_requests(profile: Profile) -> int:
     SGLang bounds its running batch (``--max-running-requests``, the KV pool, the token
     budget), so under overload requests queue and the running ones keep finishing. An
     unbounded simulated worker instead admits everything the KV pool holds (hundreds of
-    thousands of requests): every decode step then takes seconds and nothing finishes.
-    The default is the knee of the profile's batch-time line, the batch at which a decode
-    step takes twice as long as a one-request step (``b0 + (c + overhead) / a``): beyond
-    it each added request slows every running one more than it adds throughput. For the
-    shipped profiles that is 233 to 623; it is kept within [32, 1024]. The simulator
+    thousands of requests): every step then takes seconds and nothing finishes.
+
+    The default is the knee of the profile's batch-time line, the tokens at which a step
+    takes twice as long as a one-token step (``b0 + (c + overhead) / a``), divided by the
+    tokens each running request brings to a step (:data:`STEP_TOKENS_PER_REQUEST`): with
+    chunked prefill a step carries the running requests' decode tokens *and* the new
+    prompts' chunks. Beyond it every running request, light tenants' included, waits
+    longer than twice its unloaded step time for little more throughput. Measured with
+    ``tests/perf/soak_router.py`` (2 workers, ``--speed 0.05``, 2x overload): the knee in
+    decode tokens alone (259 requests for ``a100-llama-3-8b``) gave light clients a p99 of
+    85 s, this bound (52) 28 s; saturated throughput 7.8 against 6.6 req/s (-15 %), wall
+    seconds at that speed. Kept within [32, 1024]. The simulator
     (``fairserve simulate``) keeps the profile's own value, so its records do not change.
     """
     if profile.max_running_requests is not None:
@@ -90,8 +102,9 @@ def max_running_requests(profile: Profile) -> int:
     step_s = profile.c_s + profile.step_overhead_s
     if profile.a_s_per_token <= 0:
         return MAX_RUNNING_REQUESTS
-    knee = profile.b0_tokens + step_s / profile.a_s_per_token
-    return int(min(MAX_RUNNING_REQUESTS, max(MIN_RUNNING_REQUESTS, round(knee))))
+    knee_tokens = profile.b0_tokens + step_s / profile.a_s_per_token
+    running = round(knee_tokens / STEP_TOKENS_PER_REQUEST)
+    return int(min(MAX_RUNNING_REQUESTS, max(MIN_RUNNING_REQUESTS, running)))
 
 
 def build_policy(config: WorkerConfig) -> LocalPolicy:
