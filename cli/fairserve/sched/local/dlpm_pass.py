@@ -71,12 +71,14 @@ class DecisionState:
         while candidates:  # one walk, lines 18-25, per round (inline: a walk is the hot loop)
             skipped: list[Request] = []
             progress = False  # an admission, a request found not to fit, or a refill
+            refilled_past_skip = False  # a refill after a skip: the next walk may admit it
             for req in candidates:
                 client = req.client
                 if deficits[client] <= 0:
                     if not positive:
                         self._check_refill()
                         progress = True
+                        refilled_past_skip = bool(skipped)
                     if deficits[client] <= 0:
                         skipped.append(req)
                         continue
@@ -89,6 +91,10 @@ class DecisionState:
                     break
             candidates = skipped  # the next walk visits the requests skipped for deficit
             if not progress or self.exhausted:
+                break
+            if positive and not refilled_past_skip:
+                # Every skipped client still has q <= 0 (only refills raise q) and someone
+                # queued has credit (no refill can come): the next walk would skip them all.
                 break
         # Clients still holding credit with requests in play are blocked on memory.
         self.credit_blocked = bool(positive)
