@@ -22,7 +22,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from fairserve.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fairserve.router.settings import FairnessSettings
 
 log = logging.getLogger("fairserve.router")
 
@@ -46,6 +51,59 @@ class LiveSettings:
             "weights": dict(sorted(self.weights.items())),
             "quantum": _finite_or_text(self.quantum),
             "worker_quantum": _finite_or_text(self.worker_quantum),
+        }
+
+
+class SettingsFile:
+    """One router's settings file: restored at start, saved after every live change, and
+    where they came from for the state and ``status``. No path: nothing is kept."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self.restored_at_start = False
+        """Settings were read back from ``path`` at start."""
+        self.saved_at: float | None = None
+        """Unix time the live settings were last saved (or restored from)."""
+
+    def restore(
+        self, settings: FairnessSettings, quantum_given: bool, worker_quantum_given: bool
+    ) -> None:
+        """Apply what the admin API changed before a restart: saved weights over the
+        clients file's; saved quanta where the command line set none (``*_given``)."""
+        if self.path is None:
+            return
+        saved = load(self.path)
+        if saved is None:
+            return
+        self.restored_at_start, self.saved_at = True, saved.saved_at
+        for client, weight in saved.weights.items():
+            settings.set_weight(client, weight)
+        try:
+            if not quantum_given and saved.quantum is not None:
+                settings.set_quantum(saved.quantum)
+            if not worker_quantum_given and saved.worker_quantum is not None:
+                settings.set_worker_quantum(saved.worker_quantum)
+        except ConfigError as exc:
+            log.warning("saved quanta in %s do not apply: %s", self.path, exc)
+        log.info("restored live settings from %s", self.path)
+
+    def save(self, settings: FairnessSettings) -> None:
+        """Write the live settings (atomically); a failure is logged, never fatal."""
+        if self.path is None:
+            return
+        live = settings.live()
+        try:
+            save(self.path, live)
+        except OSError as exc:
+            log.warning("could not save the live settings to %s: %s", self.path, exc)
+            return
+        self.saved_at = live.saved_at
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "file": None if self.path is None else str(self.path),
+            "restored_at_start": self.restored_at_start,
+            "saved_at": self.saved_at,
         }
 
 

@@ -102,12 +102,10 @@ class Router:
             config, self.upstreams, [self.caches.worker_up, self.queues.worker_up,
                                      self.pushes.worker_up],
         )  # fmt: skip
-        self.settings_path = Path(config.settings_path) if config.settings_path else None
-        self.restored_at_start = False
-        """Settings were read back from ``settings_path`` at start."""
-        self.saved_at: float | None = None
-        """Unix time the live settings were last saved (or restored from)."""
-        self._restore()
+        self.settings_file = persist.SettingsFile(config.settings_path)
+        self.settings_file.restore(
+            self.settings, config.quantum is not None, config.worker_quantum is not None
+        )
         self.session: aiohttp.ClientSession | None = None
         self.draining = False
         self.active = 0
@@ -153,46 +151,12 @@ class Router:
     def worker_quanta(self) -> dict[str, float | None]:
         return self.settings.worker_quanta
 
-    def _restore(self) -> None:
-        """Apply what the admin API changed before a restart (see ``router.persist``):
-        saved weights over the clients file's; saved quanta where the command line set none."""
-        if self.settings_path is None:
-            return
-        saved = persist.load(self.settings_path)
-        if saved is None:
-            return
-        self.restored_at_start, self.saved_at = True, saved.saved_at
-        for client, weight in saved.weights.items():
-            self.settings.set_weight(client, weight)
-        try:
-            if self.config.quantum is None and saved.quantum is not None:
-                self.settings.set_quantum(saved.quantum)
-            if self.config.worker_quantum is None and saved.worker_quantum is not None:
-                self.settings.set_worker_quantum(saved.worker_quantum)
-        except ConfigError as exc:
-            log.warning("saved quanta in %s do not apply: %s", self.settings_path, exc)
-        log.info("restored live settings from %s", self.settings_path)
-
     def _save(self) -> None:
-        """Write the live settings (atomically); a failure is logged, never fatal."""
-        if self.settings_path is None:
-            return
-        settings = self.settings.live()
-        try:
-            persist.save(self.settings_path, settings)
-        except OSError as exc:
-            log.warning("could not save the live settings to %s: %s", self.settings_path, exc)
-            return
-        self.saved_at = settings.saved_at
+        self.settings_file.save(self.settings)
 
     def settings_view(self) -> dict[str, Any]:
         """Where the fairness settings came from, for the state and ``status``."""
-        return {
-            "file": None if self.settings_path is None else str(self.settings_path),
-            "restored_at_start": self.restored_at_start,
-            "saved_at": self.saved_at,
-            **self.settings.view(),
-        }
+        return {**self.settings_file.view(), **self.settings.view()}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
