@@ -12,6 +12,11 @@ where its cumulative service changed inside the longest window it can be asked a
 the periodic samples hold the cumulative service of *backlogged* clients only (what the
 service-gap definition needs). Nothing grows with uptime.
 
+Why incremental: a live host reads the window often (the state endpoint, ``/metrics``, ``top``)
+with thousands of clients. A weighted read keeps each client's figures from the last one and
+recomputes only those that may have moved (:mod:`~fairserve.core.ledger_window`); the answers
+equal the full computation's (:meth:`ServiceLedger.window_full`).
+
 Service is credited as it is delivered (:meth:`ServiceLedger.credit`), by whoever hosts the
 ledger (the router credits prompt tokens at the first streamed token and output tokens as
 they stream, then corrects with the worker's final ``usage``).
