@@ -29,7 +29,7 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard, cast
 
@@ -157,7 +157,11 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     but nests deeper than :data:`MAX_JSON_DEPTH` is refused too, so no later step (the
     upstream ``json.dumps``, an error message's ``repr``) runs out of stack on it."""
     try:
-        body = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+        # A body that starts with "{" and a non-zero byte is UTF-8 (json.detect_encoding's
+        # rule, without its calls on the hot path).
+        utf8 = raw[:1] == b"{" and raw[1:2] != b"\0"
+        text = raw.decode("utf-8" if utf8 else json.detect_encoding(raw), "surrogatepass")
+        body = decode_whole(_DECODER, text)
     except RecursionError:
         raise bad_request(_TOO_DEEP) from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -189,6 +193,19 @@ def _no_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 """Made once: ``json.loads`` with any option builds a decoder per call (what
 ``json.loads`` does with bytes is done by hand in :func:`parse_json`)."""
+
+
+def decode_whole(decoder: json.JSONDecoder, text: str) -> Any:
+    """``decoder.decode(text)``: the common case (a value from the first character to the
+    last) in one call of the C scanner, without ``decode``'s Python layers and whitespace
+    matches; anything else (whitespace around, extra data, an error) goes through
+    ``decode`` itself, so the result or the exception is exactly its own."""
+    scan: Callable[[str, int], tuple[Any, int]] = decoder.scan_once  # type: ignore[attr-defined]
+    try:
+        value, end = scan(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return decoder.decode(text)
+    return value if end == len(text) else decoder.decode(text)
 
 
 def _too_deep(body: dict[str, Any]) -> bool:

@@ -177,6 +177,7 @@ class FrontConnection(asyncio.Protocol):
     def __init__(self, front: Front) -> None:
         self.front = front
         self.transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.idle_since_s = time.monotonic()
         """When the last request ended (infinity while one is being served)."""
         self._buf: bytes | bytearray = b""
@@ -197,6 +198,8 @@ class FrontConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
+        """Kept: ``get_running_loop`` costs a ``getpid`` system call per request."""
         self.front.admit(self)
 
     def data_received(self, data: bytes) -> None:
@@ -295,9 +298,8 @@ class FrontConnection(asyncio.Protocol):
         self._keep_alive, self._http10, self._started = head.keep_alive, head.http10, False
         self._streaming = False
         self.idle_since_s = math.inf
-        self._task = asyncio.get_running_loop().create_task(
-            self._serve(head.route, head.headers, bytes(body))
-        )
+        loop = self._loop or asyncio.get_running_loop()
+        self._task = loop.create_task(self._serve(head.route, head.headers, bytes(body)))
 
     def _hand_over(self) -> None:
         """Give this connection and what it sent so far to aiohttp."""

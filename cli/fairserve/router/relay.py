@@ -16,11 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fairserve.core.openai_api import Route
+from fairserve.core.openai_api import Route, decode_whole
 from fairserve.core.prefix_key import estimate_tokens
 from fairserve.router.accounting import Usage
 
 DONE = b"data: [DONE]"
+_ANSWER_DECODER = json.JSONDecoder()
+"""``json.loads``'s own rules for workers' answers (``NaN`` included)."""
 _SEP = b"\n\n"
 
 
@@ -73,7 +75,8 @@ def complete_body(data: bytes, route: Route, prompt_tokens: int) -> tuple[bytes,
     per key unit: :mod:`fairserve.core.prefix_key`). Raises
     :class:`InvalidAnswer` for a body that is not a JSON object."""
     try:
-        payload = json.loads(data.decode())  # UTF-8, as workers send: no encoding sniffing
+        # UTF-8, as workers send: no encoding sniffing
+        payload = decode_whole(_ANSWER_DECODER, data.decode())
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidAnswer(f"a {len(data)}-byte body that is not JSON") from None
     if not isinstance(payload, dict):
