@@ -48,6 +48,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self.loop = asyncio.get_running_loop()  # once: each call costs a getpid system call
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
@@ -66,7 +67,7 @@ class _Connection(asyncio.Protocol):
     ) -> asyncio.Future[Response]:
         """Write one request; the future resolves with the answer's head."""
         assert self.transport is not None
-        waiter = self._head_waiter = asyncio.get_running_loop().create_future()
+        waiter = self._head_waiter = self.loop.create_future()
         self.deadline_s = deadline_s
         self.progress_deadline_s = first_byte_deadline_s
         self.body_seen = False
