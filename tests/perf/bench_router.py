@@ -1,7 +1,8 @@
 """Router overhead benchmark: requests/s and latency with instant upstreams (DESIGN §8).
 
 Cases, against two upstreams that answer a small completion at once: ``direct``,
-``fairserve``, ``fairserve-base`` (``--compare-cli``), ``fairserve-NAME`` (``--variant``),
+``fairserve``, ``fairserve-base`` (``--compare-cli``), ``fairserve-NAME`` (``--variant``,
+``--other-cli``),
 ``sglang-router-POLICY`` (Rust, PyPI; ``--sglang-policy``) and ``smg-POLICY`` (its
 successor, PyPI, the ``perf`` extra; ``--smg-policy``). All servers run throughout and the
 cases are interleaved over ``--rounds`` rounds, under load and with one client (the latency
@@ -426,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         routers = [("fairserve", CLI_DIR, main_args)]
         if args.compare_cli is not None:
             routers.append(("fairserve-base", args.compare_cli.resolve(), main_args))
+        for other in args.other_cli:
+            name, _, tree = other.partition("=")
+            routers.append((f"fairserve-{name}", Path(tree).resolve(), main_args))
         for variant in args.variant:
             name, _, extra = variant.partition("=")
             routers.append((f"fairserve-{name}", CLI_DIR, extra.split()))
@@ -484,6 +488,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--compare-cli", type=Path, metavar="DIR",
         help="Also run fairserve from another source tree (e.g. the previous commit's "
         "cli/) as case fairserve-base, in the same run.")  # fmt: skip
+    add("--other-cli", action="append", default=[], metavar="NAME=DIR",
+        help="Also run fairserve from this source tree as case fairserve-NAME (repeatable; "
+        "e.g. a tree with an experimental change), in the same run.")  # fmt: skip
     add("--variant", action="append", default=[], metavar="NAME=ARGS",
         help="Another fairserve case with these router arguments, e.g. plain='--dispatch "
         "round-robin --router-queue off' (repeatable).")  # fmt: skip
