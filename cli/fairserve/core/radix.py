@@ -74,9 +74,9 @@ class RadixTree:
         Kept across calls until the tree changes where the match ends
         (:mod:`~fairserve.core.radix_matches`): a host asking again at every batching step
         for every waiting request walks only for the requests whose match may have moved."""
-        kept = self._kept.get(key)
-        if kept is not None and kept[1].valid:
-            return kept[0]
+        ticket = self._kept.get(key)
+        if ticket is not None and ticket.valid:
+            return ticket.tokens
         tokens, end, head, shared = self._walk_match(key)
         self._trie.matches.put(key, tokens, end, head, shared)
         return tokens
@@ -242,12 +242,13 @@ class RadixTree:
         from the kept match when it is valid (it names that node), else from where the last
         match of ``key`` ended if the shape has not changed, else by walking."""
         trie = self._trie
-        kept = self._kept.get(key)
-        if kept is not None and kept[1].valid:
-            tokens, _, node, shared = kept
-            if shared:  # the match ends inside ``node``'s edge
-                node = trie.split(node, shared)
-            return node, tokens
+        ticket = self._kept.get(key)
+        if ticket is not None and ticket.valid:
+            node = ticket.node
+            assert node is not None  # a valid ticket names its node
+            if ticket.shared:  # the match ends inside ``node``'s edge
+                return trie.split(node, ticket.shared), ticket.tokens
+            return node, ticket.tokens
         walk = trie.recall(key)
         if walk is None:
             return trie.walk_full_nodes(key, split_partial=True)

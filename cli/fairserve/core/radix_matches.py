@@ -66,23 +66,25 @@ INSIDE: None = None
 
 def revoke(node: Node) -> None:
     """``node`` leaves the tree: every match ending at or inside it is stale."""
-    ticket = node.ticket
-    if ticket is not None:
-        ticket.valid = False
-        node.ticket = None
+    inside = node.inside
+    if inside is not None:
+        for ticket in inside.values():
+            ticket.revoke()
+        node.inside = None
     ends = node.ends
     if ends is not None:
         for ticket in ends.values():
-            ticket.valid = False
+            ticket.revoke()
         node.ends = None
 
 
 def revoke_inside(node: Node) -> None:
     """``node``'s edge was split: matches ending inside it may now end above it."""
-    ticket = node.ticket
-    if ticket is not None:
-        ticket.valid = False
-        node.ticket = None
+    inside = node.inside
+    if inside is not None:
+        for ticket in inside.values():
+            ticket.revoke()
+        node.inside = None
 
 
 def revoke_all(nodes: Iterable[Node]) -> None:
@@ -90,20 +92,15 @@ def revoke_all(nodes: Iterable[Node]) -> None:
         revoke(node)
 
 
-Kept = tuple[int, Ticket, Node, int]
-"""A kept match: its tokens, its ticket, and while the ticket is valid where it ends: the
-node ``C`` and the tokens of ``C``'s edge it covers (inside), or the node ``N`` and 0 (where
-``N`` ends). A valid ticket means that node is still attached with the same edge end (see
-above), so a lock can start there instead of walking the key again."""
-
-
 class MatchCache:
-    """``key -> (tokens, ticket, node, shared)``: match lengths valid while their ticket is."""
+    """``key -> ticket``: match lengths (``ticket.tokens``) valid while their ticket is; a
+    valid ticket also names where the match ends (``node``, ``shared``), so a lock can
+    start there instead of walking the key again."""
 
     __slots__ = ("_sweep_at", "kept", "limit")
 
     def __init__(self, limit: int = MAX_KEPT_MATCHES) -> None:
-        self.kept: dict[bytes, Kept] = {}
+        self.kept: dict[bytes, Ticket] = {}
         """The tree reads it directly on its hot path; always the same dict object."""
         self.limit = limit
         self._sweep_at = min(limit, SWEEP_MIN_ENTRIES)
@@ -113,30 +110,33 @@ class MatchCache:
 
     def get(self, key: bytes) -> int | None:
         """The kept match of ``key``, or None if there is none or it is stale."""
-        kept = self.kept.get(key)
-        if kept is None or not kept[1].valid:
+        ticket = self.kept.get(key)
+        if ticket is None or not ticket.valid:
             return None
-        return kept[0]
+        return ticket.tokens
 
     def put(self, key: bytes, tokens: int, node: Node, head: bytes | None, shared: int) -> None:
         """Keep ``tokens`` as the match of ``key``, which ends inside ``node``'s edge after
         ``shared`` of its tokens (``head`` :data:`INSIDE`) or where it ends, the key going
         on with ``head`` (``shared`` 0)."""
         if head is None:
-            ticket = node.ticket
+            inside = node.inside
+            if inside is None:
+                inside = node.inside = {}
+            ticket = inside.get(shared)
             if ticket is None:
-                ticket = node.ticket = Ticket()
+                ticket = inside[shared] = Ticket(tokens, node, shared)
         else:
             ends = node.ends
             if ends is None:
                 ends = node.ends = {}
             ticket = ends.get(head)
             if ticket is None:
-                ticket = ends[head] = Ticket()
+                ticket = ends[head] = Ticket(tokens, node, 0)
         kept = self.kept
         if len(kept) >= self._sweep_at and key not in kept:
             self._sweep()
-        kept[key] = (tokens, ticket, node, shared)
+        kept[key] = ticket
 
     def _sweep(self) -> None:
         """Drop the matches of keys nothing else holds; past :attr:`limit`, drop them all.

@@ -14,7 +14,7 @@ Owner = Hashable
 class Node:
     """One compressed edge: ``edge`` holds the tokens from the parent to this node."""
 
-    __slots__ = ("children", "edge", "ends", "last_access", "owners", "parent", "ref", "ticket")
+    __slots__ = ("children", "edge", "ends", "inside", "last_access", "owners", "parent", "ref")
 
     def __init__(self, edge: bytes, parent: Node | None) -> None:
         self.edge = edge
@@ -23,8 +23,9 @@ class Node:
         self.owners: set[Owner] = set()
         self.ref = 0
         self.last_access = 0
-        self.ticket: Ticket | None = None
-        """Shared with the kept matches that end inside this edge (``core.radix_matches``)."""
+        self.inside: dict[int, Ticket] | None = None
+        """Tickets of the kept matches that end inside this edge, by the edge tokens they
+        cover (``core.radix_matches``)."""
         self.ends: dict[bytes, Ticket] | None = None
         """Tickets of the kept matches that end where this edge ends, by the token the key
         goes on with (``b""``: the key ends here too)."""
@@ -35,13 +36,25 @@ class Node:
 
 
 class Ticket:
-    """Shared by a node and the kept matches ending there (``core.radix_matches``);
-    ``valid`` until the shape at the node changes."""
+    """Shared by a node and the kept matches ending at one place of it
+    (``core.radix_matches``): ``valid`` until the shape there changes, and meanwhile the
+    match length, the node and the tokens of its edge the matches cover (0: all of it).
 
-    __slots__ = ("valid",)
+    The kept matches hold the ticket itself (one object to read per kept match: a decision
+    over thousands of waiting requests reads one each). The node and its ticket refer to
+    each other until the ticket is revoked, which every detach and split does."""
 
-    def __init__(self) -> None:
+    __slots__ = ("node", "shared", "tokens", "valid")
+
+    def __init__(self, tokens: int, node: Node, shared: int) -> None:
         self.valid = True
+        self.tokens = tokens
+        self.node: Node | None = node
+        self.shared = shared
+
+    def revoke(self) -> None:
+        self.valid = False
+        self.node = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,8 @@ class Trie:
         while stack:
             node = stack.pop()
             node.parent = None
+            if node.inside is not None or node.ends is not None:
+                revoke(node)  # a ticket and its node refer to each other
             stack.extend(node.children.values())
 
     # ------------------------------------------------------------------ walks
@@ -134,7 +136,7 @@ class Trie:
         parent = node.parent
         assert parent is not None
         revoke(node)
-        if node.children and len(self.matches):  # kept matches may end below it too
+        if node.children:  # tickets below it too (also to free nodes and tickets at once)
             revoke_all(self.subtree(node))
         del parent.children[node.edge[:TOKEN_BYTES]]
         tokens = len(node.edge) // TOKEN_BYTES
