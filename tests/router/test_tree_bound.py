@@ -27,7 +27,7 @@ def test_the_tree_is_bounded_for_a_worker_that_reports_no_capacity() -> None:
                         session, "/v1/chat/completions", chat(prompt, max_tokens=2)
                     )
                     assert status == 200, answer
-                tree = server.router.dispatcher.prefixes.tree  # type: ignore[attr-defined]
+                tree = server.router.dispatcher.prefixes.tree
                 assert 0 < tree.owner_tokens(up.url) <= DEFAULT_CACHE_TOKENS
         finally:
             await stock.stop()

@@ -19,7 +19,6 @@ from fairserve.router.config import RouterConfig
 from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS
 from fairserve.router.upstream import Upstream, every, poll_evictions
 from fairserve.sched.dispatch.base import Dispatcher
-from fairserve.sched.dispatch.cache_aware import LRU_LOW_WATERMARK
 
 log = logging.getLogger("fairserve.router")
 
@@ -75,11 +74,8 @@ class WorkerCaches:
         stock engine) is bounded as its fair queue is, by ``DEFAULT_CACHE_TOKENS``: without
         a bound every distinct prompt stayed in the tree for good."""
         up = self.upstreams[worker]
-        prefixes = getattr(self.dispatcher(), "prefixes", None)
-        if prefixes is None:
-            return
         capacity = up.max_total_tokens or DEFAULT_CACHE_TOKENS
         limit = capacity * (FED_TREE_SLACK if up.extension else 1)
-        tree = prefixes.tree
-        if tree.owner_tokens(worker) > limit:
-            tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK))
+        # Kept by the fleet's cache model for every later record too: a worker's fair queue
+        # records the prompts it releases, after their dispatch.
+        self.dispatcher().prefixes.bound(worker, limit)
