@@ -280,19 +280,7 @@ class RadixTree:
 
     def lock_probed(self, key: bytes, node: Node, matched: int) -> None:
         """Take the lock :meth:`probe_lock` measured (nothing changed the tree since)."""
-        locks = self._locks.get(key)
-        if locks is None:
-            self._locks[key] = [(matched, node)]
-        else:
-            locks.append((matched, node))
-        root, protected = self._root, 0
-        cur = node
-        while cur is not root:  # already refreshed by the probe, at this tick
-            if cur.ref == 0:
-                protected += len(cur.edge)
-            cur.ref += 1
-            cur = cur.parent  # type: ignore[assignment]
-        self._trie.protected_tokens += protected // TOKEN_BYTES
+        self._lock_path(key, node, matched, new_tick=False)
 
     def release_probe(self, node: Node) -> None:
         """Give up a :meth:`probe_lock` without locking: what the unlock of its lock would
@@ -302,16 +290,18 @@ class RadixTree:
         if lru is not None and node is not self._root and node.ref == 0:
             lru.push(node)
 
-    def _lock_path(self, key: bytes, node: Node, matched: int) -> None:
+    def _lock_path(self, key: bytes, node: Node, matched: int, new_tick: bool = True) -> None:
         """Take a lock on ``key`` that covers ``node`` (ending at ``matched`` tokens) and
-        its ancestors."""
+        its ancestors, refreshed at a new tick (or at the current one, which a probe of
+        this lock just gave them)."""
         self._trie.owned = False
         locks = self._locks.get(key)
         if locks is None:
             self._locks[key] = [(matched, node)]
         else:
             locks.append((matched, node))
-        self._tick += 1
+        if new_tick:
+            self._tick += 1
         tick, root, protected = self._tick, self._root, 0
         cur = node
         while cur is not root:
