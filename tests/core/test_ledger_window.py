@@ -87,3 +87,18 @@ def test_a_read_recomputes_only_what_changed() -> None:
     assert len(cache.entries) >= 9_990  # the others' figures were kept, not recomputed
     assert _figures(second) == _figures(ledger.window_full(60.0, 42.0))
     assert len(first.rates) == len(second.rates) == 10_000
+
+
+def test_names_passing_through_unread_keep_the_ledger_bounded() -> None:
+    """A host forgetting idle clients while nobody reads: the clients touched since the last
+    read are not kept for ever (the kept figures are dropped and computed afresh)."""
+    ledger = ServiceLedger()
+    ledger.add_client("first", 1.0, 0.0)
+    ledger.window(60.0, 1.0)
+    for i in range(20_000):
+        name = f"n{i}"
+        ledger.add_client(name, 1.0, 1.0 + i * 1e-4)
+        ledger.forget(name)
+    assert len(ledger._touched) <= 2 * len(ledger.clients) + 1024
+    view = ledger.window(60.0, 3.0)
+    assert _figures(view) == _figures(ledger.window_full(60.0, 3.0))

@@ -109,6 +109,8 @@ class ServiceLedger:
             history.points.append((now_s, 0.0))
             if self._caches:
                 self._touched.add(name)
+                if len(self._touched) > 2 * len(self.clients) + 1024:
+                    self._drop_caches()  # names pass through unread: stay bounded
 
     def forget(self, name: str) -> None:
         """Drop an idle client's history (the host bounds how many it tracks)."""
@@ -226,6 +228,11 @@ class ServiceLedger:
             rates[name] = max(0.0, delta) / span_s / (history.weight if weighted else 1.0)
         judged_start = min((spans[n][0] for n in rates), default=start_s)
         return self._view(window_s, now_s, weighted, rates, judged_start, None)
+
+    def _drop_caches(self) -> None:
+        """Forget the kept figures (the next read computes them afresh)."""
+        self._caches = {}
+        self._touched = set()
 
     def _cache(self, window_s: float) -> WindowCache:
         """The cache of ``window_s``, told of every client changed since the last read."""
