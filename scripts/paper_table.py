@@ -15,6 +15,7 @@ says why. Every run is seeded and deterministic: the same checkout gives the sam
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import os
@@ -278,8 +279,9 @@ def served_rows() -> list[Row]:
     constraint, load 0.9 of capacity; the work-conserving disciplines serve what arrives,
     FasterTransformer and vLLM-v0 cannot. vLLM-v0 runs a prefill-only step whenever a
     request arrives, so short prompts keep the decodes from batching up: its admitted
-    requests hold memory without progress, and the waiting queue (the report's ``queue``
-    figure) stays near empty while the requests in the system grow."""
+    requests hold memory without progress while the waiting queue stays near empty; the
+    report's ``queue`` figure counts them (waiting or parked), as the paper's decode queue
+    that builds up."""
     from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
 
     duration_s = 240.0
@@ -311,7 +313,7 @@ def served_rows() -> list[Row]:
                 setting=f"one client at 0.9 of capacity (500 in / 100 out), "
                 f"{duration_s:g} s, fcfs, {UNBOUNDED_KV_TOKENS:,} KV tokens, seed 1; at the "
                 f"end {in_system} requests in the system, {report['queue']['end']:g} of them "
-                "waiting",
+                "queued (waiting, or admitted and getting no token)",
             )
         )  # fmt: skip
     return rows
@@ -420,32 +422,32 @@ def dlpm_rows() -> list[Row]:
 
 DOUBLEQ_PROFILE = "a10g-llama-3.2-3b"
 DOUBLEQ_WORKERS = 4
+DOUBLEQ_WINDOW_S = 300.0
+"""Arrivals stop here (every scenario's ``duration_s``); the runs go on until every call
+finished (``drain``)."""
 MISBEHAVING = ("long-qa-s1", "long-qa-s2", "tot-s1", "tot-s2", "judge")
-SAME_DISPATCH_AS_CACHE_AWARE = (
-    "at the default Q^w no client spends its quantum on its cached worker in 300 s, so "
-    "DoubleQ's worker choices are cache-aware's (identical records under the same local "
-    "policy, tests/sched/test_doubleq_paper.py) and the gap is DLPM's fairness against LPM locally "
-    "(the same hit rate to 0.2%); the paper's margin over Preble is not reproduced"
+LPM_IS_SJF = (
+    "at equal request rates the misbehaving client's 2x longer documents do not overload the "
+    "cluster under cache-aware + LPM (its queue stays bounded), and on long-QA LPM is "
+    "shortest-job-first (a cache hit extends ~35 tokens, a miss a whole document): under "
+    "cache-aware dispatch the good clients' p99 is {lpm:.1f} s with LPM locally, {dlpm:.1f} s "
+    "with DLPM, {vtc:.0f} s with VTC, {fcfs:.0f} s with FCFS. There is nothing the misbehaving "
+    "client takes from the others for fairness to give back, and any fair order departs from "
+    "LPM's: DLPM serves a client's cache hits after the other clients' document prefills "
+    "while it repays its own miss (good clients' cache hits' TTFT p50: {hit_dq:.2f} s "
+    "under DoubleQ against {hit_ca:.2f} s under cache-aware). Measured at Q^u 512 (default), "
+    "2000, 8000, 32000 (the paper's Fig. 1 values): p99 21.7-26.6 s against cache-aware's "
+    "21.8 s, never 1.05x lower; fill patience 8 to inf and Q^w 2^15 to inf change nothing. The "
+    "paper names long-QA S2 DoubleQ's worst case (§6.2)"
 )
-LOCAL_NOT_DISPATCH = {
-    "long-qa-s2": "the dispatch is not the cause (LPM under DoubleQ gives cache-aware's records "
-    "exactly); DLPM's deficit order is: at equal rates cache-aware keeps a bounded queue (the "
-    "20 documents a client asks about stay cached), so the misbehaving client takes nothing "
-    "from the others, and DLPM holds a well-behaved client's cache hits behind other clients' "
-    "document prefills after its own miss (good clients' hit TTFT p50 2.3 s against LPM's "
-    "1.1 s); measured at Q^u 512 to 2.6e5, fill patience 8 to inf, Q^w 2^15 to inf: never "
-    "below 0.87x; with Q^u = 1e9 (no fairness) DLPM is LPM. The paper names long-QA S2 "
-    "DoubleQ's worst case (§6.2)"
-}
 AVERAGE_WHY = {
-    "p99-ca": "below 2x: long-QA S2 (see its row), long-QA S1 (where DoubleQ dispatches as "
-    "cache-aware does) and tot-s2 are the lowest (per scenario in the setting column)",
-    "p99-rr": "direction holds (>= 2x); below the paper's average, which is of mean latency "
-    "over 8 scenarios on up to 8 A100s (next rows: the paper's metric)",
-    "mean-ca": "below 2x: long-QA S2 (see its row) and tot-s2 are the lowest (per scenario "
-    "in the setting column)",
+    "p99-ca": "below 2x (per scenario in the setting column)",
+    "p99-rr": "below 2x (per scenario in the setting column)",
+    "mean-ca": "not within 15% of the paper's average, which is over 8 scenarios on up to 8 "
+    "A100s (per scenario in the setting column)",
     "mean-rr": "direction holds (>= 2x), above the paper's average: round robin scatters each "
-    "long-QA document over the workers, and the queues it builds grow through the whole 300 s",
+    "long-QA document over the workers, and the queues it builds grow through the whole 300 s "
+    "and are served in the drain",
 }
 
 
@@ -456,6 +458,26 @@ def good_p99_s(report: dict[str, Any]) -> float:
         for n, c in report["clients"].items()
         if n.startswith("good") and c["latency_p99_s"] is not None
     )
+
+
+def good_window_p99_s(sim: Any, until_s: float) -> float:
+    """:func:`good_p99_s` over the calls finished by ``until_s`` only (what a run cut off
+    there reports: its unfinished calls, the slowest, are left out)."""
+    from fairserve.core.metrics import percentile
+
+    by_client: dict[str, list[float]] = {}
+    for r in sim.recorder.records:
+        if r.client.startswith("good") and r.finish_s <= until_s:
+            by_client.setdefault(r.client, []).append(r.latency_s)
+    return max(percentile(latencies, 99) for latencies in by_client.values())
+
+
+def window_service_per_s(sim: Any, until_s: float) -> float:
+    """Service per second up to ``until_s`` (the client's view, as ``throughput``): what a
+    run cut off there reports."""
+    from fairserve.core.metrics import sample_at
+
+    return sum(sample_at(sim.recorder.ledger.samples, until_s).cumulative.values()) / until_s
 
 
 def good_mean_latency_s(name: str, sim: Any) -> float:
@@ -471,6 +493,19 @@ def good_mean_latency_s(name: str, sim: Any) -> float:
     return sum(good) / len(good)
 
 
+def good_hit_ttft_p50_s(sim: Any) -> float:
+    """Median TTFT of the well-behaved clients' cache hits (more than half the prompt
+    cached): a hit's own prefill is short, so this is mostly waiting."""
+    from fairserve.core.metrics import percentile
+
+    ttfts = [
+        r.ttft_s
+        for r in sim.recorder.records
+        if r.client.startswith("good") and r.cached_tokens > r.input_tokens / 2
+    ]
+    return percentile(ttfts, 50)
+
+
 DOUBLEQ_PAIRS = {
     "doubleq": ("dlpm", "doubleq"),
     "cache-aware": ("lpm", "cache-aware"),
@@ -479,96 +514,213 @@ DOUBLEQ_PAIRS = {
 }
 
 
-def doubleq_runs(name: str) -> dict[str, tuple[dict[str, Any], float]]:
-    """Per system: (the report, the well-behaved clients' mean latency in the paper's sense)."""
+@dataclass(frozen=True)
+class DoubleQRun:
+    """One system on one scenario, run until every call finished."""
+
+    report: dict[str, Any]
+    sim: Any
+    mean_latency_s: float
+    """The well-behaved clients' mean latency in the paper's sense."""
+
+    @property
+    def p99_s(self) -> float:
+        return good_p99_s(self.report)
+
+    @property
+    def service_per_s(self) -> float:
+        """All the work the scenario submits over the time it took to serve it."""
+        return float(self.report["throughput"]["service_per_s"])
+
+
+def doubleq_runs(
+    name: str, pairs: dict[str, tuple[str, str]] | None = None
+) -> dict[str, DoubleQRun]:
+    """Per system, the scenario run until every call finished: throughput is the same work
+    over the time each system takes to serve it (the paper's Fig. 9 measures to the end of
+    the last program), and latencies count every call. A run cut off at 300 s reports only
+    the calls it finished, leaving out the slowest, and a throughput that depends on what
+    was left queued (each system leaves a different mix: a queued cache hit carries a
+    document's worth of the client's view of service); those figures are in the settings."""
     workload = builtin(name)
     runs = {}
-    for key, (policy, dispatch) in DOUBLEQ_PAIRS.items():
+    for key, (policy, dispatch) in (pairs or DOUBLEQ_PAIRS).items():
         report, sim = simulate(
-            workload, policy, dispatch, workers=DOUBLEQ_WORKERS, profile=DOUBLEQ_PROFILE
-        )
-        runs[key] = (report, good_mean_latency_s(name, sim))
+            workload, policy, dispatch, workers=DOUBLEQ_WORKERS, profile=DOUBLEQ_PROFILE,
+            drain=True,
+        )  # fmt: skip
+        runs[key] = DoubleQRun(report, sim, good_mean_latency_s(name, sim))
     return runs
+
+
+def long_qa_s2_why(runs: dict[str, DoubleQRun]) -> str:
+    """Why long-QA S2 does not hold, with this checkout's measurements."""
+    local = doubleq_runs(
+        "long-qa-s2", {p: (p, "cache-aware") for p in ("lpm", "dlpm", "vtc", "fcfs")}
+    )
+    return LPM_IS_SJF.format(
+        **{p: r.p99_s for p, r in local.items()},
+        hit_dq=good_hit_ttft_p50_s(runs["doubleq"].sim),
+        hit_ca=good_hit_ttft_p50_s(runs["cache-aware"].sim),
+    )
 
 
 def doubleq_rows() -> list[Row]:
     """DoubleQ §6 (Fig. 7), 4 workers (the paper's 4 x A10G testbed, 3B model), DoubleQ at
-    its defaults against the baselines on every misbehaving-client scenario: the issue's
-    test (largest well-behaved p99 per call) per scenario, and the §6.2 averages both in
-    that test and in the paper's own metric (mean TTFT for long-QA, mean program completion
-    time for tree-of-thought and judge)."""
+    its defaults against the baselines on every misbehaving-client scenario, each run until
+    every call finished: the issue's test (largest well-behaved p99 per call) per scenario,
+    and the §6.2 averages both in that test and in the paper's own metric (mean TTFT for
+    long-QA, mean program completion time for tree-of-thought and judge)."""
     rows = []
     gains: dict[str, list[float]] = {"p99-ca": [], "p99-rr": [], "mean-ca": [], "mean-rr": []}
-    setting = f"{{}}, 300 s, {DOUBLEQ_WORKERS} workers, {DOUBLEQ_PROFILE}, seed 1"
+    setting = (
+        f"{{}}, arrivals for {DOUBLEQ_WINDOW_S:g} s, run until every call finished, "
+        f"{DOUBLEQ_WORKERS} workers, {DOUBLEQ_PROFILE}, seed 1"
+    )
     for name in MISBEHAVING:
         runs = doubleq_runs(name)
-        tput = {k: r["throughput"]["service_per_s"] for k, (r, _) in runs.items()}
-        p99 = {k: good_p99_s(r) for k, (r, _) in runs.items()}
-        mean = {k: m for k, (_, m) in runs.items()}
-        gains["p99-ca"].append(p99["cache-aware"] / p99["doubleq"])
-        gains["p99-rr"].append(p99["rr-lpm"] / p99["doubleq"])
-        gains["mean-ca"].append(mean["cache-aware"] / mean["doubleq"])
-        gains["mean-rr"].append(mean["rr-lpm"] / mean["doubleq"])
+        dq = runs["doubleq"]
+        gains["p99-ca"].append(runs["cache-aware"].p99_s / dq.p99_s)
+        gains["p99-rr"].append(runs["rr-lpm"].p99_s / dq.p99_s)
+        gains["mean-ca"].append(runs["cache-aware"].mean_latency_s / dq.mean_latency_s)
+        gains["mean-rr"].append(runs["rr-lpm"].mean_latency_s / dq.mean_latency_s)
         where = setting.format(name)
         if name == "long-qa-s1":
-            rows.append(
-                direction_row(
-                    "DoubleQ",
-                    "Fig. 7",
-                    "long-QA S1 throughput DoubleQ / cache-aware (>= 1)",
-                    1.0,
-                    tput["doubleq"] / tput["cache-aware"],
-                    tput["doubleq"] >= tput["cache-aware"],
-                    why_not=SAME_DISPATCH_AS_CACHE_AWARE,
-                    setting=where,
-                )
-            )
-            rows.append(
-                direction_row(
-                    "DoubleQ",
-                    "Fig. 7",
-                    "long-QA S1 throughput DoubleQ / VTC+client-rr (>= 2)",
-                    2.0,
-                    tput["doubleq"] / tput["vtc-client-rr"],
-                    tput["doubleq"] >= 2 * tput["vtc-client-rr"],
-                    setting=where,
-                )
-            )
-        for base, key in (("cache-aware", "p99-ca"), ("RR+LPM", "p99-rr")):
+            rows.extend(long_qa_s1_throughput_rows(runs, where))
+        else:
+            rows.append(throughput_row(name, runs, where))
+        for base, key, run in (
+            ("cache-aware", "p99-ca", runs["cache-aware"]),
+            ("RR+LPM", "p99-rr", runs["rr-lpm"]),
+        ):
             gain = gains[key][-1]
+            window = good_window_p99_s(run.sim, DOUBLEQ_WINDOW_S) / good_window_p99_s(
+                dq.sim, DOUBLEQ_WINDOW_S
+            )
+            why = ""
+            if gain <= 1 and name == "long-qa-s2" and base == "cache-aware":
+                why = long_qa_s2_why(runs)
             rows.append(
                 direction_row(
-                    "DoubleQ",
-                    "Fig. 7",
-                    f"{name}: good clients' p99, {base} / DoubleQ (> 1)",
-                    1.0,
-                    gain,
-                    gain > 1,
-                    why_not=LOCAL_NOT_DISPATCH.get(name, "") if base == "cache-aware" else "",
-                    setting=where,
+                    "DoubleQ", "Fig. 7", f"{name}: good clients' p99, {base} / DoubleQ (> 1)",
+                    1.0, gain, gain > 1, why_not=why,
+                    setting=f"{where}; {window:.2f} over the calls finished by 300 s",
                 )
+            )  # fmt: skip
+    rows.extend(average_rows(gains, setting.format("all five scenarios")))
+    return rows
+
+
+def busy_range(report: dict[str, Any]) -> tuple[float, float]:
+    """The least and most busy worker's fraction of the run."""
+    busy = [float(w["busy_fraction"]) for w in report["workers"]]
+    return min(busy), max(busy)
+
+
+def throughput_row(name: str, runs: dict[str, DoubleQRun], where: str) -> Row:
+    """§6.2: DoubleQ "consistently matches or exceeds" Preble's throughput (all workloads,
+    but long-QA S2 at D = 8): every call served, against cache-aware; when it does not hold,
+    the row gives the workers' busy fractions and hit rates, which tell load balance from
+    locality."""
+    dq, ca = runs["doubleq"], runs["cache-aware"]
+    ratio = dq.service_per_s / ca.service_per_s
+    window = window_service_per_s(dq.sim, DOUBLEQ_WINDOW_S) / window_service_per_s(
+        ca.sim, DOUBLEQ_WINDOW_S
+    )
+    (lo, hi), (clo, chi) = busy_range(dq.report), busy_range(ca.report)
+    hit, chit = dq.report["cache_hit_rate"], ca.report["cache_hit_rate"]
+    measured = (
+        f"DoubleQ's workers are busy {lo:.0%}-{hi:.0%} of the run against cache-aware's "
+        f"{clo:.0%}-{chi:.0%}, cache hit rate {hit:.3f} against {chit:.3f}"
+    )
+    if hi - lo > chi - clo + 0.05:
+        cause = (
+            "load balance, not locality: at the default Q^w (2^23) a client's calls stay on "
+            "the workers that cache its prefixes, and once the well-behaved clients are "
+            "served the misbehaving client's backlog keeps some workers busy while others "
+            "idle, where cache-aware rebalances; a smaller Q^w spreads it at the cost of "
+            "locality (Fig. 10's trade-off: `fairserve tune quantum --sweep --worker-grid`)"
+        )
+    else:
+        cause = (
+            "locality more than load balance: DLPM admits in fair order what LPM admits in "
+            "longest-prefix order, and computes more prompt tokens (the hit rates above)"
+        )
+    ends = f"{dq.report['duration_s']:.0f} s against {ca.report['duration_s']:.0f} s"
+    return direction_row(
+        "DoubleQ", "Fig. 7", f"{name}: throughput DoubleQ / cache-aware, every call served "
+        "(paper: matches or exceeds, >= 1)", 1.0, ratio, ratio >= 1,
+        why_not=f"{measured}: {cause}",
+        setting=f"{where}; all calls served in {ends}; over the first 300 s only {window:.3f}",
+    )  # fmt: skip
+
+
+def long_qa_s1_throughput_rows(runs: dict[str, DoubleQRun], where: str) -> list[Row]:
+    """Throughput against cache-aware and VTC + client round robin: the same work over the
+    time each takes to serve it; the 300 s window's ratio beside it."""
+    rows = []
+    for base, key, need in (
+        ("cache-aware", "cache-aware", 1.0),
+        ("VTC+client-rr", "vtc-client-rr", 2.0),
+    ):
+        ratio = runs["doubleq"].service_per_s / runs[key].service_per_s
+        window = window_service_per_s(runs["doubleq"].sim, DOUBLEQ_WINDOW_S) / (
+            window_service_per_s(runs[key].sim, DOUBLEQ_WINDOW_S)
+        )
+        ends = ", ".join(f"{runs[k].report['duration_s']:.0f} s" for k in ("doubleq", key))
+        rows.append(
+            direction_row(
+                "DoubleQ", "Fig. 7",
+                f"long-QA S1 throughput DoubleQ / {base}, every call served (>= {need:g})",
+                need, ratio, ratio >= need,
+                why_not="" if ratio >= need else "see the setting",
+                setting=f"{where}; all calls served in {ends}; over the first 300 s only "
+                f"{window:.3f} (what each system left queued at 300 s differs)",
             )
-    all_five = setting.format("all five scenarios")
-    for key, paper_value, label in (
-        ("p99-ca", 2.90, "average good-client p99 gain vs cache-aware (Preble), >= 2"),
-        ("p99-rr", 4.06, "average good-client p99 gain vs RR+LPM, >= 2"),
-        ("mean-ca", 2.90, "average good-client mean latency gain vs cache-aware (paper's metric)"),
-        ("mean-rr", 4.06, "average good-client mean latency gain vs RR+LPM (paper's metric)"),
+        )  # fmt: skip
+    return rows
+
+
+def average_rows(gains: dict[str, list[float]], where: str) -> list[Row]:
+    """§6.2's averages. The paper's 2.90x and 4.06x are of its own latency (mean TTFT or
+    program completion time): those rows must be within 15% of them; the p99 rows are the
+    issue's test (at least 2x on average), which the paper states no value for."""
+    rows = []
+    for key, paper_value, label, make in (
+        (
+            "p99-ca",
+            2.90,
+            "average good-client p99 gain vs cache-aware (Preble), >= 2",
+            direction_row,
+        ),
+        ("p99-rr", 4.06, "average good-client p99 gain vs RR+LPM, >= 2", direction_row),
+        (
+            "mean-ca",
+            2.90,
+            "average good-client mean latency gain vs cache-aware (paper's metric)",
+            ratio_row,
+        ),
+        (
+            "mean-rr",
+            4.06,
+            "average good-client mean latency gain vs RR+LPM (paper's metric)",
+            ratio_row,
+        ),
     ):
         gain = sum(gains[key]) / len(gains[key])
         per = ", ".join(f"{g:.2f}" for g in gains[key])
-        rows.append(
-            ratio_row(
-                "DoubleQ",
-                "§6.2",
-                label,
-                paper_value,
-                gain,
-                gain >= 2,
-                why_not=AVERAGE_WHY[key],
-                setting=f"{all_five}; per scenario {per}",
-            )
+        row = make(
+            "DoubleQ",
+            "§6.2",
+            label,
+            paper_value,
+            gain,
+            gain >= 2,
+            setting=f"{where}; per scenario {per}",
         )
+        if not row.holds:
+            row = dataclasses.replace(row, why_not=AVERAGE_WHY[key])
+        rows.append(row)
     return rows  # fmt: skip
 
 
