@@ -90,22 +90,11 @@ class RadixTree:
         """The match length of ``key``, the node where it ends and how: inside that node's
         edge after ``shared`` of its tokens (head None), or where the edge ends, the key
         going on with ``head`` (``shared`` 0)."""
-        node, pos = self._root, 0
-        n = len(key)
-        startswith = key.startswith
-        while pos < n:
-            child = node.children.get(key[pos : pos + TOKEN_BYTES])
-            if child is None:
-                break
-            edge = child.edge
-            if startswith(edge, pos):
-                pos += len(edge)
-                node = child
-                continue
-            shared = common_tokens(key, pos, edge)
-            self._trie.remember(key, (node, pos, child, shared))
-            return pos // TOKEN_BYTES + shared, child, INSIDE, shared
-        self._trie.remember(key, (node, pos, None, 0))
+        walk = self._trie.walk(key)
+        self._trie.remember(key, walk)
+        node, pos, partial, shared = walk
+        if partial is not None:
+            return pos // TOKEN_BYTES + shared, partial, INSIDE, shared
         return pos // TOKEN_BYTES, node, key[pos : pos + TOKEN_BYTES], 0
 
     def evictable_tokens(self) -> int:

@@ -66,11 +66,7 @@ INSIDE: None = None
 
 def revoke(node: Node) -> None:
     """``node`` leaves the tree: every match ending at or inside it is stale."""
-    inside = node.inside
-    if inside is not None:
-        for ticket in inside.values():
-            ticket.revoke()
-        node.inside = None
+    revoke_inside(node)
     ends = node.ends
     if ends is not None:
         for ticket in ends.values():

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Iterator
 
 from fairserve.core.errors import ConfigError
-from fairserve.core.radix_node import Node, Owner, OwnerMatch, common_tokens
+from fairserve.core.radix_node import Node, Owner, OwnerMatch
 from fairserve.core.radix_trie import Trie
 from fairserve.core.types import TOKEN_BYTES
 
@@ -29,23 +29,14 @@ class OwnerIndex:
     def match(self, key: bytes) -> OwnerMatch:
         """Longest prefix of ``key`` held by some owner, and all owners holding it."""
         # The owners are copied once, at the end: a set per edge walked would dominate.
-        node, pos = self._trie.root, 0
-        n = len(key)
-        startswith = key.startswith
-        while pos < n:
-            child = node.children.get(key[pos : pos + TOKEN_BYTES])
-            if child is None or not child.owners:
-                break
-            edge = child.edge
-            if startswith(edge, pos):
-                pos += len(edge)
-                node = child
-                continue
-            shared = common_tokens(key, pos, edge)
-            self._trie.remember(key, (node, pos, child, shared))
-            return OwnerMatch(pos // TOKEN_BYTES + shared, frozenset(child.owners))
-        if pos >= n or child is None:  # the walk ended on the tree's shape, not on owners
-            self._trie.remember(key, (node, pos, None, 0))
+        trie = self._trie
+        walk = trie.walk(key, owned=True)
+        node, pos, partial, shared = walk
+        if partial is not None:
+            trie.remember(key, walk)
+            return OwnerMatch(pos // TOKEN_BYTES + shared, frozenset(partial.owners))
+        if key[pos : pos + TOKEN_BYTES] not in node.children:  # ended on the tree's shape,
+            trie.remember(key, walk)  # not on owners: where a lock or insert would start
         return OwnerMatch(pos // TOKEN_BYTES, frozenset(node.owners))
 
     def tokens(self, owner: Owner) -> int:
@@ -183,10 +174,3 @@ class OwnerIndex:
                         self._trie.total_tokens -= n.tokens
                         n.parent = None  # detached with it; no cycle left for the GC
             self._trie.detach(node)
-
-    def _subtree(self, top: Node) -> Iterator[Node]:
-        stack = [top]
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(node.children.values())

@@ -88,25 +88,32 @@ class Trie:
             return None
         return self._walks.get(key)
 
-    def walk_full_nodes(self, key: bytes, split_partial: bool = False) -> tuple[Node, int]:
-        """Deepest node whose path is a prefix of ``key``; optionally split a partial edge."""
+    def walk(self, key: bytes, owned: bool = False) -> Walk:
+        """Where ``key``'s path leaves the tree (``owned``: leaves the nodes some owner
+        holds): the deepest node whose whole edge the key covers, the bytes of the key it
+        covers, and the child the key runs into part-way (None if none) with the tokens
+        shared with it. The one walk down every query of the tree makes."""
         node, pos = self.root, 0
         n = len(key)
         startswith = key.startswith
         while pos < n:
             child = node.children.get(key[pos : pos + TOKEN_BYTES])
-            if child is None:
+            if child is None or (owned and not child.owners):
                 break
             edge = child.edge
             if startswith(edge, pos):
                 pos += len(edge)
                 node = child
                 continue
-            shared = common_tokens(key, pos, edge)
-            if split_partial and shared:
-                node = self.split(child, shared)
-                pos += len(node.edge)
-            break
+            return node, pos, child, common_tokens(key, pos, edge)
+        return node, pos, None, 0
+
+    def walk_full_nodes(self, key: bytes, split_partial: bool = False) -> tuple[Node, int]:
+        """Deepest node whose path is a prefix of ``key``; optionally split a partial edge."""
+        node, pos, partial, shared = self.walk(key)
+        if split_partial and partial is not None and shared:
+            node = self.split(partial, shared)
+            pos += len(node.edge)
         return node, pos // TOKEN_BYTES
 
     # ------------------------------------------------------------------ shape changes
