@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 _IN_FLIGHT = attrgetter("in_flight")
 _SERVICE = attrgetter("service")
-DEFAULT_CLIENT_LIMIT = 1000
+DEFAULT_CLIENT_LIMIT = 100
 """Clients listed in one state read (the busiest first); ``limit`` asks for more or fewer."""
 
 
