@@ -18,8 +18,10 @@ Times are the scheduler thread's CPU time by default (``--clock cpu``: on a mach
 with other jobs, wall time mostly measures their load) or wall time (``--clock wall``).
 Medians, best and p99 over the steps that made a decision; the note gives the policy's
 questions per decision and, with kept matches, the share of matches answered without a
-walk; a first row gives the cost of one answer alone (a generator ``send`` into the
-policy's ``decide``, ``sglang/decision.py``).
+walk. First rows: the cost of one answer alone (a generator ``send`` into the policy's
+``decide``, ``sglang/decision.py``) and of one waiting request's match in a real
+``UnifiedRadixCache`` when nothing changed on its path, kept vs walked, for short and long
+prompts (``--prompt-tokens``).
 """
 
 from __future__ import annotations
@@ -190,6 +192,46 @@ def answer_cost(questions: int = 5000, repeats: int = 5) -> Result:
                   "us", note=f"{repeats} x {questions} questions")  # fmt: skip
 
 
+def match_cost(waiting: int, prompt_tokens: int, repeats: int = 20) -> list[Result]:
+    """µs per waiting request of a decision's matches (``KeptMatches``, walked every time
+    and kept) in SGLang's radix cache holding four shared documents and a quarter of the
+    waiting prompts (admitted before), with nothing changed between decisions."""
+    import random
+
+    from fairserve.sglang.matches import KeptMatches
+    from tests.sglang_real.trees import Tree, make_req
+
+    tree = Tree(random.Random(0), kv_tokens=8 * prompt_tokens + waiting * 16)
+    documents = [[d * 1_000_000 + i for i in range(prompt_tokens)] for d in range(1, 5)]
+    for document in documents:
+        tree.insert(document, None)
+    shared = max(1, prompt_tokens - 10)
+    reqs = [
+        make_req(f"r{i}", [*documents[i % 4][:shared], 5_000_000 + i, *range(8)], None)
+        for i in range(waiting)
+    ]
+    for req in reqs[::4]:
+        tree.insert(list(req.origin_input_ids)[: shared + 2], None)
+    out = []
+    for keep in (False, True):
+        matches = KeptMatches(keep=keep)
+        samples = []
+        for _ in range(repeats):
+            start = time.thread_time()
+            length = matches.begin(tree.cache)
+            assert length is not None, "needs SGLang's Python radix tree core"
+            for req in reqs:
+                length(req)
+            matches.end()
+            samples.append((time.thread_time() - start) / waiting * 1e6)
+        median, best, _ = summarize(samples[1:])  # the first decision walks every match
+        how = "kept" if keep else "walk"
+        out.append(Result("sglang-plugin", f"match per request {waiting} waiting, "
+                          f"{prompt_tokens}-token prompts, {how}", median, best, None, "us",
+                          note=f"{repeats - 1} decisions, CPU time"))  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print results as JSON")
@@ -201,15 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="waiting requests, comma-separated"
     )
+    parser.add_argument(
+        "--prompt-tokens", default="64,2000", help="prompt lengths of the match rows"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.steps <= 100_000:
         parser.error("--steps: expected 1..100000")
     try:
         sizes = [int(x) for x in args.sizes.split(",")]
+        prompts = [int(x) for x in args.prompt_tokens.split(",")]
     except ValueError:
-        parser.error("--sizes: expected comma-separated integers")
+        parser.error("--sizes, --prompt-tokens: expected comma-separated integers")
     if not all(1 <= size <= 100_000 for size in sizes):
         parser.error("--sizes: expected 1..100000 each")
+    if not all(16 <= tokens <= 32_000 for tokens in prompts):
+        parser.error("--prompt-tokens: expected 16..32000 each")
     from tests.sglang_real.harness import environment_for_plugin
 
     os.environ.update(environment_for_plugin("dlpm"))
@@ -217,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
 
     load_plugins()
     results: list[Result] = [answer_cost()]
+    for size in sizes:
+        for tokens in prompts:
+            results += match_cost(size, tokens)
     for size in sizes:
         for policy, quantum, matching in CASES:
             results += bench(size, policy, quantum, matching, args.steps, CLOCKS[args.clock])

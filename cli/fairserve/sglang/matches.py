@@ -10,8 +10,8 @@ A step changes the tree only along a few paths (the prompts admitted, the leaves
 so here a match is kept and re-walked only where the tree changed *where that match ends*.
 
 The signal, read from SGLang's own nodes (``UnifiedTreeNode``: ``children``, ``key``,
-``parent``; the tree core's ``node_by_id``) at each use, with no hook on the tree: a
-match ends
+``parent``; the tree core's id map ``_node_arena``, behind ``node_by_id``) at each use,
+with no hook on the tree: a match ends
 
 * where the edge of a node ``N`` ends, the request's key going on with child key ``h``
   (or ending there): it is unchanged while ``N`` is in the tree and has no child under
@@ -22,7 +22,7 @@ match ends
   must split ``C`` there, and any split of ``C`` puts a new node between ``P`` and ``C``
   (``C`` keeps the lower part of its edge).
 
-"In the tree" is ``node_by_id(node.id) is node``: SGLang unlinks only leaves
+"In the tree" is ``_node_arena.get(node.id) is node``: SGLang unlinks only leaves
 (``_remove_leaf_from_parent``, which also drops the node from that id map; node ids are
 never reused), so a node still in it has its whole path in the tree. ``evicted`` alone does
 not tell: a deleted device leaf keeps its value field (``FullComponent.evict_component``
@@ -85,6 +85,7 @@ class KeptMatches:
         self._root: Any = None
         self._core: Any = None
         self._key_type: Any = None
+        self._arena: dict[Any, Any] = {}
         self.walks = 0
         """Matches walked (from the root or resumed below it) since creation."""
         self.reused = 0
@@ -103,6 +104,7 @@ class KeptMatches:
             self.kept.clear()  # another tree, or SGLang's reset: every node is gone
             self._core, self._root = core, core.root_node
             self._key_type = type(core.root_node.key)
+            self._arena = core._node_arena
         self._next = {}
         return self.length
 
@@ -161,14 +163,10 @@ class KeptMatches:
     def _in_tree(self, node: Any) -> bool:
         """Whether ``node`` is still linked into the tree (so is its whole path: SGLang
         unlinks leaves only, ``_remove_leaf_from_parent``, which also drops the node from
-        the tree core's id map; a deleted device leaf keeps its KV value field, so
-        ``evicted`` alone does not tell)."""
-        if node is self._root:
-            return True
-        try:
-            return bool(self._core.node_by_id(node.id) is node)
-        except KeyError:
-            return False
+        the tree core's id map behind ``node_by_id``; a deleted device leaf keeps its KV
+        value field, so ``evicted`` alone does not tell). The map is read directly: one
+        dict lookup per kept match and step, where ``node_by_id`` raises for a gone id."""
+        return node is self._root or self._arena.get(node.id) is node
 
     def _walk(self, kept: _Kept, sreq: Any, node: Any, offset: int) -> None:
         """SGLang's match walk, read-only, from ``node`` whose edge ends at ``offset``."""

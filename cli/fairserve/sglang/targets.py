@@ -133,7 +133,7 @@ CLASSES: tuple[ClassContract, ...] = (
     ),
     ClassContract(
         "sglang.srt.mem_cache.unified_cache.unified_tree_core", "UnifiedTreeCore",
-        ("root_node", "page_size", "enable_hicache", "is_eagle", "components", "node_by_id"),
+        ("root_node", "page_size", "enable_hicache", "is_eagle", "components", "_node_arena"),
     ),
     ClassContract(
         "sglang.srt.mem_cache.unified_cache.unified_tree_core", "UnifiedTreeNode",
