@@ -18,6 +18,12 @@ from fairserve.core.errors import ConfigError
 from fairserve.core.types import validate_weight
 from fairserve.sched.params import W_E, W_Q, Param, Params
 
+MAX_CLIENTS = 10_000
+"""Clients whose per-client state a scheduler keeps at once (the router's accounting,
+DoubleQ's counters, every local policy's counters): names come from requests, so past it
+the least recently seen idle clients are forgotten, each family by a rule that says what
+forgetting may change."""
+
 
 class Scheduler(ABC):
     """A named local policy or dispatcher with its parameters, cost model and weights.

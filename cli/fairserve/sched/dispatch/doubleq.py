@@ -55,6 +55,7 @@ from typing import Any
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
+from fairserve.sched.base import MAX_CLIENTS
 from fairserve.sched.dispatch.base import Dispatcher, register_dispatcher, shown_clients
 from fairserve.sched.dispatch.cache_aware import MAX_TREE_TOKENS
 from fairserve.sched.dispatch.cache_model import CacheModel
@@ -98,10 +99,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     return value
-
-
-MAX_CLIENTS = 10_000
-"""Clients whose deficit counters are kept at once (see ``DoubleQ._forget_idle``)."""
 
 
 @register_dispatcher

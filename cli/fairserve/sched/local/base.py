@@ -35,7 +35,7 @@ from typing import Any
 from fairserve.core.cost import CostModel
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
-from fairserve.sched.base import Scheduler
+from fairserve.sched.base import MAX_CLIENTS, Scheduler
 from fairserve.sched.named import NamedClasses
 from fairserve.sched.params import MEMORY_PATIENCE
 
@@ -78,7 +78,16 @@ def drive(decision: Decision, can_fit: CanFit) -> list[Request]:
 
 
 class LocalPolicy(Scheduler):
-    """Base class: waiting counts, per-client service and weights, the generic select loop."""
+    """Base class: waiting counts, per-client service and weights, the generic select loop.
+
+    **Bounded client state.** Every request's client name reaches the policy, so the
+    per-client state (here and in subclasses) is bounded: past :attr:`max_clients` tracked
+    clients, an arrival of a new name forgets the least recently arrived *idle* clients
+    (nothing waiting or running) that :meth:`_forgettable` allows, each policy by a rule
+    that says what forgetting may change (VTC: nothing; DLPM: at most one quantum of
+    credit). It forgets down to ``max_clients - max(1, max_clients // 16)`` so that a flood of new
+    names pays for one scan per 1/16 of the cap, not per arrival; clients that may not be
+    forgotten are kept (the next scan waits until that many more names arrived)."""
 
     kind = "policy"
 
@@ -92,6 +101,16 @@ class LocalPolicy(Scheduler):
         super().__init__(cost=cost, weights=weights, params=params)
         self.waiting: dict[str, int] = {}
         self.service: dict[str, float] = {}
+        """Service per client; its order is the tracked clients' order of last arrival."""
+        self.outstanding: dict[str, int] = {}
+        """Requests per client arrived and not yet finished or aborted (absent: idle)."""
+        self.max_clients = MAX_CLIENTS
+        """Tracked clients past which idle ones are forgotten (tests lower it)."""
+        self.forgotten = 0
+        """Clients forgotten so far (``snapshot()["clients_forgotten"]``)."""
+        self._forget_at = 0
+        """No scan before this many tracked clients (past a scan that could not forget
+        enough, the next waits for ``max_clients // 16`` more names)."""
         self._estimated_extend: dict[int, int] = {}
         patience: int | None = getattr(self.config, MEMORY_PATIENCE.name, None)
         self.patience: MemoryPatience | None = (
@@ -101,9 +120,14 @@ class LocalPolicy(Scheduler):
 
     # ------------------------------------------------------------ events
     def on_arrival(self, req: Request, now_s: float) -> None:
+        client = req.client
+        service = self.service
+        if client not in service and len(service) >= max(self.max_clients, self._forget_at):
+            self._forget_idle(now_s)
         self._arrive(req, now_s)
-        self.waiting[req.client] = self.waiting.get(req.client, 0) + 1
-        self.service.setdefault(req.client, 0.0)
+        self.waiting[client] = self.waiting.get(client, 0) + 1
+        service[client] = service.pop(client, 0.0)  # last arrived, last forgotten
+        self.outstanding[client] = self.outstanding.get(client, 0) + 1
 
     def select(
         self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
@@ -214,6 +238,7 @@ class LocalPolicy(Scheduler):
 
     def on_finish(self, req: Request, now_s: float) -> None:
         self._estimated_extend.pop(id(req), None)
+        self._left(req.client)
         self._finished(req, now_s)
 
     def on_abort(self, req: Request, now_s: float, was_waiting: bool) -> None:
@@ -221,6 +246,7 @@ class LocalPolicy(Scheduler):
         if was_waiting:
             self._leave_waiting(req.client)
         self._estimated_extend.pop(id(req), None)
+        self._left(req.client)
         self._finished(req, now_s)
 
     def on_retract(self, req: Request, now_s: float) -> None:
@@ -245,6 +271,8 @@ class LocalPolicy(Scheduler):
             "quantum": self.quantum,
             "cost": self.cost.name,
             "clients": clients,
+            "clients_tracked": len(self.service),
+            "clients_forgotten": self.forgotten,
         }
         if self.patience is not None:
             out["memory_patience"] = self.patience.state()
@@ -267,16 +295,58 @@ class LocalPolicy(Scheduler):
         """Extra per-client fields for ``snapshot``."""
         return {}
 
+    def _forgettable(self, now_s: float) -> Callable[[str], bool]:
+        """Which idle clients may be forgotten now (default: any, the policy's decisions
+        do not read per-client state). Called once per scan; the predicate is asked about
+        idle clients only, oldest arrival first."""
+        return _any_client
+
+    def _forget(self, client: str) -> None:
+        """Drop a subclass's state of an idle client being forgotten."""
+
     # ------------------------------------------------------------ internals
     def _charge(self, client: str, amount: float) -> None:
         self.service[client] = self.service.get(client, 0.0) + amount
         self._on_service(client, amount / self.weight(client))
+
+    def _left(self, client: str) -> None:
+        """A request of ``client`` finished or was aborted."""
+        count = self.outstanding.get(client, 0)
+        if count > 1:
+            self.outstanding[client] = count - 1
+        else:
+            self.outstanding.pop(client, None)
+
+    def _forget_idle(self, now_s: float) -> None:
+        """Forget the least recently arrived idle clients that :meth:`_forgettable`
+        allows, down to ``max_clients - max(1, max_clients // 16)`` tracked clients
+        (room for the arriving one)."""
+        slack = max(1, self.max_clients // 16)
+        excess = len(self.service) - (self.max_clients - slack)
+        allowed = self._forgettable(now_s)
+        outstanding, waiting = self.outstanding, self.waiting
+        chosen: list[str] = []
+        for client in self.service:  # oldest arrival first
+            if len(chosen) >= excess:
+                break
+            if client not in outstanding and not waiting.get(client) and allowed(client):
+                chosen.append(client)
+        for client in chosen:
+            del self.service[client]
+            waiting.pop(client, None)
+            self._forget(client)
+        self.forgotten += len(chosen)
+        self._forget_at = len(self.service) + slack
 
     def _leave_waiting(self, client: str) -> None:
         count = self.waiting.get(client, 0)
         if count <= 0:
             raise ConfigError(f"client {client!r} has no waiting request to admit or abort")
         self.waiting[client] = count - 1
+
+
+def _any_client(client: str) -> bool:
+    return True
 
 
 class MemoryPatience:

@@ -38,6 +38,14 @@ bounds how long). With equal memory
 needs the fill never admits anything (what does not fit for one fits for none), so the
 decisions are Algorithm 1's.
 
+**Bounded clients.** A client keeps its deficit when its queue empties, and every refill
+raises the idle clients with ``q <= 0`` too, so an idle client soon holds ``0 < q <= Q^u``.
+Past ``max_clients`` tracked clients only such idle clients are forgotten (never one in
+debt, whose debt would be forgiven): one that returns starts at ``q = 0`` like a new
+client, so forgetting costs it at most ``Q^u`` of credit (it waits for the next refill,
+which CHECKREFILL runs as soon as no queued client has credit) and gives nobody more
+(``tests/sched/test_client_bound.py``).
+
 **Cost of a decision.** ``match_len`` is called once per waiting request (hosts answer
 from kept matches: the radix tree keeps each waiting request's match across steps,
 :mod:`~fairserve.core.radix_matches`); the LPM sort is
@@ -52,7 +60,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -218,6 +226,14 @@ class DLPM(LocalPolicy):
             if any(self.deficits.get(c, 0.0) > 0 for c in candidates):
                 return
             rounds = 1  # float rounding left everyone at exactly 0: one more round
+
+    def _forgettable(self, now_s: float) -> Callable[[str], bool]:
+        """Idle clients holding credit (see the module's docstring: at most ``Q^u`` lost)."""
+        deficits = self.deficits
+        return lambda client: deficits.get(client, 0.0) > 0
+
+    def _forget(self, client: str) -> None:
+        self.deficits.pop(client, None)
 
     # ------------------------------------------------------------ state
     def snapshot(self) -> dict[str, Any]:

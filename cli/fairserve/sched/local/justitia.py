@@ -339,7 +339,13 @@ class Justitia(LocalPolicy):
             self._end(app)
 
     def _expire_idle(self, now_s: float) -> None:
-        """End the applications idle for ``app_idle_s`` (hosts that cannot signal ends)."""
+        """End the applications idle for ``app_idle_s`` (hosts that cannot signal ends),
+        and, past ``max_clients`` idle ones, the longest idle: application names come from
+        requests, so without this a caller could grow the policy without bound. Ending one
+        early is ending it as if its ``app_idle_s`` had passed: its next call opens a new
+        application (a new ``F_j``); applications with calls outstanding are never ended."""
+        for _ in range(len(self._idle_since) - self.max_clients):
+            self._end(self._apps[next(iter(self._idle_since))])
         idle_s = self.config.app_idle_s
         while self._idle_since:
             key, since_s = next(iter(self._idle_since.items()))

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from fairserve.core.cost import kv_token_time
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request
+from fairserve.sched.base import MAX_CLIENTS
 
 APP_COST_KEY = "app_cost"
 """``Request.meta`` key under which a host passes an application's true total cost."""
@@ -97,7 +98,16 @@ class MovingAveragePredictor:
         return sum(seen) / len(seen)
 
     def observe(self, app_type: str | None, cost: float) -> None:
-        self._seen.setdefault(app_type, deque(maxlen=self.window)).append(float(cost))
+        """Past ``MAX_CLIENTS`` types (names come from requests), the least recently
+        observed type is dropped: it is predicted at ``prior_cost`` again, as a new one."""
+        seen = self._seen
+        costs = seen.pop(app_type, None)
+        if costs is None:
+            costs = deque(maxlen=self.window)
+            if len(seen) >= MAX_CLIENTS:
+                del seen[next(iter(seen))]
+        costs.append(float(cost))
+        seen[app_type] = costs  # last observed, last dropped
 
     def state(self) -> dict[str, Any]:
         return {

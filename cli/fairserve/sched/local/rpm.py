@@ -6,11 +6,18 @@ window; an arrival over the limit is refused with
 ``Retry-After``). Accepted requests are admitted first come, first served. Isolation comes
 only from the cap, so capacity that a capped client could have used stays idle whenever
 the others are quiet — the waste VTC and DLPM avoid (VTC §1).
+
+Past ``max_clients`` tracked clients, an idle client is forgotten only once its window is
+empty (nothing accepted in the last minute), which changes no decision: its next arrival
+would find the window empty anyway. Only its ``rejected`` count, shown in snapshots, goes.
+The clients kept are therefore at most ``max_clients`` plus those accepted in the last
+minute.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +75,14 @@ class RPM(LocalPolicy):
         while window and window[0] <= now_s - WINDOW_S:
             window.popleft()
         return window
+
+    def _forgettable(self, now_s: float) -> Callable[[str], bool]:
+        """Idle clients with nothing accepted in the last ``WINDOW_S``."""
+        return lambda client: not self._window(client, now_s)
+
+    def _forget(self, client: str) -> None:
+        self._accepted_s.pop(client, None)
+        self.rejected.pop(client, None)
 
     def _client_state(self, client: str) -> dict[str, Any]:
         return {

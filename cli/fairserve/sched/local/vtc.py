@@ -26,6 +26,20 @@ Departures from the paper, on purpose:
   paper's ``w_p·input``. ``charge_cached=True`` restores the paper's charge (cached prompt
   tokens count as if computed) for the *counter* only; ``service`` stays what was computed.
 * **Weights.** Charges are divided by the client's weight (weighted VTC).
+* **Bounded clients.** Past ``max_clients`` tracked clients (the shared ``MAX_CLIENTS``)
+  an idle client is forgotten only if its counter is at most ``L``, the least counter of
+  the clients with requests waiting or running and of the last client to leave the queue.
+  Every later lift floor is at least ``L`` (a client enters the queue lifted to the floor
+  or above it, counters only grow, the last to leave was queued), so the forgotten client,
+  back at 0 and lifted, gets the counter it would have had: decisions are unchanged
+  (``tests/sched/test_client_bound.py``). An idle client above ``L`` (over-served) is kept
+  with its debt until the floor passes it; until then the cap may be exceeded by such
+  clients. One exception to exactness: ``correct_extend`` refunding a prompt charge can
+  lower an active counter below ``L``; a forgotten client returning while the floor is
+  that low starts at most that refund lower than it would have. LCF has no lift: a
+  returning client keeps its saved credit there, so LCF forgets any idle client (least
+  recently arrived first), which turns it into a new name starting at 0, as LCF treats
+  every newcomer.
 
 A decision costs O(n log k) for n waiting requests of k clients (a heap of counters).
 """
@@ -33,8 +47,9 @@ A decision costs O(n log k) for n waiting requests of k clients (a heap of count
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +163,23 @@ class VTC(LocalPolicy):
 
     def _on_service(self, client: str, weighted_amount: float) -> None:
         self.counters[client] = self.counters.get(client, 0.0) + weighted_amount
+
+    def _forgettable(self, now_s: float) -> Callable[[str], bool]:
+        """VTC: idle clients at or below every future lift floor (see the module's
+        docstring), never the last one to leave (its counter is the idle floor)."""
+        if not self.lift:
+            return super()._forgettable(now_s)
+        counters = self.counters
+        last = self._last_left
+        floor = min(
+            (counters.get(c, 0.0) for c in self.outstanding),
+            default=math.inf,
+        )
+        floor = min(floor, 0.0 if last is None else counters.get(last, 0.0))
+        return lambda client: client != last and counters.get(client, 0.0) <= floor
+
+    def _forget(self, client: str) -> None:
+        self.counters.pop(client, None)
 
     def _cached_charge(self, req: Request, extend_tokens: int) -> float:
         full = self.cost.admit_cost(req, req.input_tokens)
