@@ -354,6 +354,10 @@ async def run_phase(
         # What each request held in the router costs: RSS against held requests.
         "router_rss_kib_per_active": slope([(float(a), m * 1024) for _, m, _, a in warm if a >= 0]),
         "samples": len(rows),
+        "series": [
+            {"t_s": round(t, 1), "rss_mib": round(m, 2), "fds": f, "active": a}
+            for t, m, f, a in rows
+        ],
     }
 
 
