@@ -235,4 +235,7 @@ def test_justitia_ends_longest_idle_applications_past_the_cap() -> None:
         host.decide(1_000)
         host.finish(0)
         assert len(policy._apps) <= 9 and len(policy._idle_since) <= 9
-    assert policy.snapshot()["apps_total"] <= 9
+    snapshot = policy.snapshot()
+    assert snapshot["apps_total"] <= 9
+    per_client = [c["apps"] for c in snapshot["clients"].values()]
+    assert sum(per_client) == snapshot["apps_total"] and max(per_client) <= 1

@@ -200,6 +200,8 @@ class Justitia(LocalPolicy):
         self._gps: list[tuple[float, int, float, AppKey]] = []  # (F_j, seq, weight, app)
         self._gps_active_weight = 0.0  # N_t, weighted
         self._apps: dict[AppKey, AppInstance] = {}
+        self._apps_of_client: dict[str, int] = {}
+        """Open applications per client (a snapshot lists every tracked client)."""
         self._idle_since: dict[AppKey, float] = {}  # no call outstanding, oldest first
         self._of_request: dict[int, AppKey] = {}
         self._seq = 0
@@ -289,6 +291,7 @@ class Justitia(LocalPolicy):
             key, req.client, req.app_type, self.vtime + predicted / weight, predicted, self._seq
         )
         self._apps[key] = app
+        self._apps_of_client[app.client] = self._apps_of_client.get(app.client, 0) + 1
         if app.finish_v > self.vtime:
             heapq.heappush(self._gps, (app.finish_v, app.seq, weight, key))
             self._gps_active_weight += weight
@@ -355,6 +358,9 @@ class Justitia(LocalPolicy):
 
     def _end(self, app: AppInstance) -> None:
         del self._apps[app.key]
+        left = self._apps_of_client.pop(app.client) - 1
+        if left:
+            self._apps_of_client[app.client] = left
         self._idle_since.pop(app.key, None)
         self.prediction.add(app.predicted_cost, app.observed_cost)
         self._measure_delay(app)
@@ -397,4 +403,4 @@ class Justitia(LocalPolicy):
         return out
 
     def _client_state(self, client: str) -> dict[str, Any]:
-        return {"apps": sum(1 for a in self._apps.values() if a.client == client)}
+        return {"apps": self._apps_of_client.get(client, 0)}
