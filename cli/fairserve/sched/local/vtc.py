@@ -34,9 +34,11 @@ Departures from the paper, on purpose:
   back at 0 and lifted, gets the counter it would have had: decisions are unchanged
   (``tests/sched/test_client_bound.py``). An idle client above ``L`` (over-served) is kept
   with its debt until the floor passes it; until then the cap may be exceeded by such
-  clients. One exception to exactness: ``correct_extend`` refunding a prompt charge can
-  lower an active counter below ``L``; a forgotten client returning while the floor is
-  that low starts at most that refund lower than it would have. LCF has no lift: a
+  clients. One exception to exactness: ``correct_extend`` refunding the prompt charge of
+  a request admitted before the client was forgotten can lower an active counter below
+  ``L`` (a request admitted later was lifted to a floor ``>= L`` first, and a refund never
+  takes back more than its own charge); a forgotten client returning while the floor is
+  that low starts lower than it would have by at most those refunds. LCF has no lift: a
   returning client keeps its saved credit there, so LCF forgets any idle client (least
   recently arrived first), which turns it into a new name starting at 0, as LCF treats
   every newcomer.
