@@ -6,10 +6,11 @@ Here a capped policy (a handful of clients) and an uncapped one (the default 10,
 driven by the same random arrivals, decisions, decode steps, finishes and aborts over many
 names, and compared:
 
-* VTC, FCFS, LPM, RPM: the same decisions (and the same refusals) at every step: forgetting
-  is exact there;
+* VTC, FCFS, LPM, RPM: the same decisions (and the same refusals) at every step, prompt
+  charges corrected (refunded) after admission included: forgetting is exact there;
 * DLPM: the same decisions until a forgotten client returns, and every client forgotten
-  held ``0 < q <= Q^u`` in the uncapped policy (what it may lose); LCF: until a forgotten
+  held ``0 < q <= Q^u`` (plus prompt charges refunded to it) in the uncapped policy: what
+  it may lose; LCF: until a forgotten
   client returns, and only idle clients are forgotten;
 * a flood of distinct names, one request each, keeps every policy at the cap.
 """
@@ -67,6 +68,8 @@ class Host:
     running: list[Request] = field(default_factory=list)
     now_s: float = 0.0
     arrivals: int = 0
+    refunded: dict[str, float] = field(default_factory=dict)
+    """Prompt charges given back per client by corrections (weights are all 1)."""
 
     def arrive(self, client: str, tokens: int) -> str:
         self.arrivals += 1
@@ -104,6 +107,16 @@ class Host:
         if self.running:
             self.policy.on_finish(self.running.pop(index % len(self.running)), self.now_s)
 
+    def correct(self, index: int, extend_tokens: int) -> None:
+        """The real extend of a running request differs from the estimate (a refund when
+        lower: the router's fair queue and SGLang's host correct at finish or admission)."""
+        if self.running:
+            req = self.running[index % len(self.running)]
+            before = self.policy.service[req.client]
+            self.policy.correct_extend(req, min(extend_tokens, req.input_tokens))
+            refund = before - self.policy.service[req.client]
+            self.refunded[req.client] = self.refunded.get(req.client, 0.0) + max(0.0, refund)
+
     def abort(self, index: int) -> None:
         if self.waiting:
             req = self.waiting.pop(index % len(self.waiting))
@@ -111,7 +124,7 @@ class Host:
 
 
 Op = tuple[str, int, int]
-KINDS = ("arrive", "arrive", "decide", "decode", "finish", "abort")
+KINDS = ("arrive", "arrive", "decide", "decode", "finish", "abort", "correct")
 
 
 def random_ops(seed: int) -> list[Op]:
@@ -128,6 +141,8 @@ def random_ops(seed: int) -> list[Op]:
             sequence.append((kind, rnd.randint(0, 300), 0))
         elif kind == "decode":
             sequence.append((kind, rnd.randint(1, 30), 0))
+        elif kind == "correct":
+            sequence.append((kind, rnd.randint(0, 50), rnd.randint(0, 90)))
         else:
             sequence.append((kind, rnd.randint(0, 50), 0))
     return sequence
@@ -144,6 +159,8 @@ def apply(host: Host, op: Op) -> object:
         host.decode(a)
     elif kind == "finish":
         host.finish(a)
+    elif kind == "correct":
+        host.correct(a, b)
     else:
         host.abort(a)
     return None
@@ -167,8 +184,9 @@ def test_capped_policy_decides_as_uncapped(variant: str, seed: int) -> None:
             assert client not in capped.policy.outstanding
             assert not full.policy.waiting.get(client)
             assert not any(r.client == client for r in full.running)
-            if isinstance(full.policy, DLPM):  # loses at most one quantum, never a debt
-                assert 0 < full.policy.deficits[client] <= QUANTUM
+            if isinstance(full.policy, DLPM):  # never a debt; at most one quantum, plus
+                # prompt charges refunded after a refill
+                assert 0 < full.policy.deficits[client] <= QUANTUM + full.refunded.get(client, 0)
         forgotten |= gone
         forgotten -= set(capped.policy.service)
         if variant in {"fcfs", "lpm", "lcf"}:  # any idle client may go: the cap plus
@@ -219,6 +237,35 @@ def test_vtc_keeps_an_over_served_idle_client_with_its_debt() -> None:
     host.arrive("d", 5)  # a fourth name at a cap of 3: only a is idle, and it is in debt
     assert "a" in host.policy.service and counters["a"] == 140.0
     assert host.policy.forgotten == 0
+
+
+def test_vtc_forgets_exactly_when_a_refund_lowers_an_active_counter() -> None:
+    """A prompt charge refunded after admission (``correct_extend``) lowers an active
+    client's counter, and so a later lift floor, below its counter at the scan: the scan
+    must bound the floor by the counter the client had when it became active, else an idle
+    client between the two is forgotten and comes back lower than it would have."""
+    hosts = [Host(build("vtc", 4)), Host(build("vtc", None))]
+    script: list[Op] = [
+        ("arrive", 0, 50),  # f
+        ("arrive", 1, 5),  # g
+        ("decide", 55, 0),  # f 50, g 5; g left last
+        ("finish", 0, 0),
+        ("finish", 0, 0),  # f and g idle
+        ("arrive", 2, 90),  # x lifted to g's 5
+        ("arrive", 2, 90),
+        ("decide", 90, 0),  # x 95, one of its requests waits
+        ("arrive", 3, 5),  # h lifted to x's 95
+        ("decide", 5, 0),  # h 100, left last
+        ("arrive", 4, 5),  # a fifth name at a cap of 4: a scan
+        ("correct", 0, 0),  # x's admitted prompt refunded: x back at 5
+        ("arrive", 0, 5),  # f returns: lifted to 5, or keeps 50
+        ("decide", 10, 0),
+    ]
+    for op in script:
+        assert apply(hosts[0], op) == apply(hosts[1], op), op
+    capped, full = (host.policy.counters for host in hosts)  # type: ignore[attr-defined]
+    assert capped["c0"] == full["c0"] == 50.0
+    assert "c1" not in capped  # g, at the entry floor, was the one forgotten
 
 
 def test_justitia_ends_longest_idle_applications_past_the_cap() -> None:

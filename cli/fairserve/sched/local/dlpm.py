@@ -42,7 +42,8 @@ decisions are Algorithm 1's.
 raises the idle clients with ``q <= 0`` too, so an idle client soon holds ``0 < q <= Q^u``.
 Past ``max_clients`` tracked clients only such idle clients are forgotten (never one in
 debt, whose debt would be forgiven): one that returns starts at ``q = 0`` like a new
-client, so forgetting costs it at most ``Q^u`` of credit (it waits for the next refill,
+client, so forgetting costs it at most ``Q^u`` of credit (plus prompt charges refunded
+by ``correct_extend`` after a refill had already paid for them; it waits for the next refill,
 which CHECKREFILL runs as soon as no queued client has credit) and gives nobody more
 (``tests/sched/test_client_bound.py``).
 

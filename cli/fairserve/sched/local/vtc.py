@@ -27,21 +27,19 @@ Departures from the paper, on purpose:
   tokens count as if computed) for the *counter* only; ``service`` stays what was computed.
 * **Weights.** Charges are divided by the client's weight (weighted VTC).
 * **Bounded clients.** Past ``max_clients`` tracked clients (the shared ``MAX_CLIENTS``)
-  an idle client is forgotten only if its counter is at most ``L``, the least counter of
-  the clients with requests waiting or running and of the last client to leave the queue.
-  Every later lift floor is at least ``L`` (a client enters the queue lifted to the floor
-  or above it, counters only grow, the last to leave was queued), so the forgotten client,
-  back at 0 and lifted, gets the counter it would have had: decisions are unchanged
-  (``tests/sched/test_client_bound.py``). An idle client above ``L`` (over-served) is kept
-  with its debt until the floor passes it; until then the cap may be exceeded by such
-  clients. One exception to exactness: ``correct_extend`` refunding the prompt charge of
-  a request admitted before the client was forgotten can lower an active counter below
-  ``L`` (a request admitted later was lifted to a floor ``>= L`` first, and a refund never
-  takes back more than its own charge); a forgotten client returning while the floor is
-  that low starts lower than it would have by at most those refunds. LCF has no lift: a
-  returning client keeps its saved credit there, so LCF forgets any idle client (least
-  recently arrived first), which turns it into a new name starting at 0, as LCF treats
-  every newcomer.
+  an idle client is forgotten only if its counter is at most ``L``: the least of the
+  counters the active clients (requests waiting or running) had when they became active,
+  and of the counter of the last client to leave the queue. Every later lift floor is at
+  least ``L``: a client becomes active lifted to the floor or above it; its counter never
+  falls below that entry value while it stays active (a ``correct_extend`` refund takes
+  back at most what that request was charged in the same period, weights unchanged); the
+  last to leave was active. So the forgotten client, back at 0 and lifted, gets the counter
+  it would have had: decisions are unchanged (``tests/sched/test_client_bound.py``). An
+  idle client above ``L`` (over-served) is kept with its debt until the floor passes it;
+  until then such clients may hold the count above the cap. The last client to leave is
+  never forgotten (its counter is the idle floor). LCF has no lift: a returning client
+  keeps its saved credit there, so LCF forgets any idle client (least recently arrived
+  first), which turns it into a new name starting at 0, as LCF treats every newcomer.
 
 A decision costs O(n log k) for n waiting requests of k clients (a heap of counters).
 """
@@ -92,6 +90,8 @@ class VTC(LocalPolicy):
         super().__init__(**kwargs)
         self.counters: dict[str, float] = {}
         self._last_left: str | None = None
+        self._entered: dict[str, float] = {}
+        """Each active client's counter when it became active (no refund goes below it)."""
 
     # ------------------------------------------------------------ events
     def _arrive(self, req: Request, now_s: float) -> None:
@@ -99,6 +99,12 @@ class VTC(LocalPolicy):
         self.counters.setdefault(client, 0.0)
         if self.lift and self.waiting.get(client, 0) == 0:
             self._lift(client)
+        if client not in self.outstanding:  # idle until now: a new active period
+            self._entered[client] = self.counters[client]
+
+    def _finished(self, req: Request, now_s: float) -> None:
+        if req.client not in self.outstanding:  # its last request left: idle
+            self._entered.pop(req.client, None)
 
     def _lift(self, client: str) -> None:
         """Lines 8-13: raise a re-entering client to the level of the waiting ones."""
@@ -171,17 +177,18 @@ class VTC(LocalPolicy):
         docstring), never the last one to leave (its counter is the idle floor)."""
         if not self.lift:
             return super()._forgettable(now_s)
-        counters = self.counters
+        counters, entered = self.counters, self._entered
         last = self._last_left
-        floor = min(
-            (counters.get(c, 0.0) for c in self.outstanding),
-            default=math.inf,
-        )
-        floor = min(floor, 0.0 if last is None else counters.get(last, 0.0))
+        floor = min(entered.values(), default=math.inf)
+        if last is None:
+            floor = min(floor, 0.0)  # no lift yet when nobody waits: a client keeps its counter
+        elif last not in entered:  # idle: no refund can lower its counter any more
+            floor = min(floor, counters.get(last, 0.0))
         return lambda client: client != last and counters.get(client, 0.0) <= floor
 
     def _forget(self, client: str) -> None:
         self.counters.pop(client, None)
+        self._entered.pop(client, None)
 
     def _cached_charge(self, req: Request, extend_tokens: int) -> float:
         full = self.cost.admit_cost(req, req.input_tokens)
