@@ -82,7 +82,7 @@ class LocalPolicy(Scheduler):
 
     **Bounded client state.** Every request's client name reaches the policy, so the
     per-client state (here and in subclasses) is bounded: past :attr:`max_clients` tracked
-    clients, an arrival of a new name forgets the least recently arrived *idle* clients
+    clients, an arrival of a new name forgets the least recently active *idle* clients
     (nothing waiting or running) that :meth:`_forgettable` allows, each policy by a rule
     that says what forgetting may change (VTC: nothing; DLPM: at most one quantum of
     credit). It forgets down to ``max_clients - max(1, max_clients // 16)`` so that a flood of new
@@ -101,7 +101,8 @@ class LocalPolicy(Scheduler):
         super().__init__(cost=cost, weights=weights, params=params)
         self.waiting: dict[str, int] = {}
         self.service: dict[str, float] = {}
-        """Service per client; its order is the tracked clients' order of last arrival."""
+        """Service per client; its order is the tracked clients' order of last becoming
+        active (an idle client's last arrival was in that active period)."""
         self.outstanding: dict[str, int] = {}
         """Requests per client arrived and not yet finished or aborted (absent: idle)."""
         self.max_clients = MAX_CLIENTS
@@ -126,8 +127,11 @@ class LocalPolicy(Scheduler):
             self._forget_idle(now_s)
         self._arrive(req, now_s)
         self.waiting[client] = self.waiting.get(client, 0) + 1
-        service[client] = service.pop(client, 0.0)  # last arrived, last forgotten
-        self.outstanding[client] = self.outstanding.get(client, 0) + 1
+        outstanding = self.outstanding
+        count = outstanding.get(client, 0)
+        outstanding[client] = count + 1
+        if not count:  # idle until now: the most recently active, the last forgotten
+            service[client] = service.pop(client, 0.0)
 
     def select(
         self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
@@ -298,7 +302,7 @@ class LocalPolicy(Scheduler):
     def _forgettable(self, now_s: float) -> Callable[[str], bool]:
         """Which idle clients may be forgotten now (default: any, the policy's decisions
         do not read per-client state). Called once per scan; the predicate is asked about
-        idle clients only, oldest arrival first."""
+        idle clients only, least recently active first."""
         return _any_client
 
     def _forget(self, client: str) -> None:
@@ -318,7 +322,7 @@ class LocalPolicy(Scheduler):
             self.outstanding.pop(client, None)
 
     def _forget_idle(self, now_s: float) -> None:
-        """Forget the least recently arrived idle clients that :meth:`_forgettable`
+        """Forget the least recently active idle clients that :meth:`_forgettable`
         allows, down to ``max_clients - max(1, max_clients // 16)`` tracked clients
         (room for the arriving one)."""
         slack = max(1, self.max_clients // 16)
@@ -326,7 +330,7 @@ class LocalPolicy(Scheduler):
         allowed = self._forgettable(now_s)
         outstanding, waiting = self.outstanding, self.waiting
         chosen: list[str] = []
-        for client in self.service:  # oldest arrival first
+        for client in self.service:  # least recently active first
             if len(chosen) >= excess:
                 break
             if client not in outstanding and not waiting.get(client) and allowed(client):
