@@ -1,6 +1,26 @@
-"""Route paths of the router's admin API and of the worker extension (DESIGN §5)."""
+"""Route paths: the OpenAI/SGLang-compatible API every server speaks, the router's admin
+API and the worker extension (DESIGN §5). One table: the router's front and proxy, the
+simulated worker, the load generator and the health probes all read their paths here."""
 
 from __future__ import annotations
+
+from fairserve.core.openai_api import Route
+
+# ------------------------------------------------------------------ OpenAI/SGLang-compatible
+CHAT_COMPLETIONS = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+GENERATE = "/generate"
+MODELS = "/v1/models"
+HEALTH = "/health"
+METRICS = "/metrics"
+
+GENERATION: dict[Route, str] = {
+    "chat": CHAT_COMPLETIONS,
+    "completions": COMPLETIONS,
+    "generate": GENERATE,
+}
+"""The generation routes by kind (``core.openai_api.Route``): what the router serves and
+forwards, and what the load generator sends."""
 
 # ------------------------------------------------------------------ router admin API
 ROUTER_STATE = "/fairserve/v1/state"

@@ -23,22 +23,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from fairserve.api import paths
+from fairserve.core.openai_api import Route
 from fairserve.core.types import TOKEN_BYTES
 from fairserve.core.words import WORDS
 from fairserve.workloads.model import Call, Program
 
-Api = Literal["chat", "completions", "generate"]
+Api = Route
 APIS: tuple[Api, ...] = ("completions", "chat", "generate")
 
-PATHS: dict[Api, str] = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "generate": "/generate",
-}
+PATHS: dict[Api, str] = paths.GENERATION
 
 _NOT_PROMPT_WORDS = frozenset({"states", "united", "john"})
 """Left out of prompt text since bench first wrote it: keeping the selection keeps the text,

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from fairserve.api import paths
 from fairserve.cluster import runfile
 from fairserve.cluster.paths import new_run_dir
 from fairserve.cluster.plan import LaunchOptions
@@ -81,7 +82,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float)
 
 def _answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+        with urllib.request.urlopen(url + paths.HEALTH, timeout=1.0) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
+from fairserve.api import paths
 from fairserve.core.errors import FairserveError
 
 POLL_S = 0.1
@@ -27,7 +28,7 @@ async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float = 1.0
     """None when ``url/health`` answers 200, else what went wrong (for messages)."""
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with session.get(url + "/health", timeout=timeout) as resp:
+        async with session.get(url + paths.HEALTH, timeout=timeout) as resp:
             return None if resp.status == 200 else f"HTTP {resp.status}"
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         return str(exc) or type(exc).__name__

@@ -12,6 +12,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fairserve.api import paths
 from fairserve.api.admin_client import AdminClient
 from fairserve.cluster import runfile
 from fairserve.cluster.errors import NotRunning
@@ -23,7 +24,7 @@ TIMEOUT_S = 2.0
 
 def healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+        with urllib.request.urlopen(url + paths.HEALTH, timeout=1.0) as resp:
             return bool(resp.status == 200)
     except OSError:
         return False

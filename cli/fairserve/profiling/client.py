@@ -156,7 +156,7 @@ class WorkerClient:
         limit = aiohttp.ClientTimeout(total=self.timeout_s)
         start = time.monotonic()
         times: list[tuple[float, int]] = []
-        async with self.session.post(self.url + "/generate", json=body, timeout=limit) as resp:
+        async with self.session.post(self.url + paths.GENERATE, json=body, timeout=limit) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:300]
                 if resp.status == 503:  # shutting down, engine stopped: exit code 3

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from multidict import CIMultiDict
 
+from fairserve.api import paths
 from fairserve.core.openai_api import ApiError, Route, error_body, internal_error
 from fairserve.router import guard, handlers, http11, proxy
 from fairserve.router.guard import ConnectionLimits
@@ -47,11 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fairserve.router")
 
-ROUTES: dict[bytes, Route] = {
-    b"/v1/chat/completions": "chat",
-    b"/v1/completions": "completions",
-    b"/generate": "generate",
-}
+ROUTES: dict[bytes, Route] = {path.encode(): route for route, path in paths.GENERATION.items()}
 MAX_HEAD_BYTES = http11.MAX_FIELD_BYTES
 """A longer request head goes to aiohttp (which serves it or answers 400 by its limits)."""
 _HAND_OVER = frozenset((b"transfer-encoding", b"expect", b"upgrade"))

@@ -152,7 +152,7 @@ class HttpStateSource:
         return {url: p for url, p in results if p is not None}
 
     async def _probe(self, worker: WorkerView) -> WorkerProbe | None:
-        path = paths.WORKER_STATE if worker.extension else "/metrics"
+        path = paths.WORKER_STATE if worker.extension else paths.METRICS
         base = (worker.extension_url if worker.extension else "") or worker.url
         try:
             async with self._client().get(base.rstrip("/") + path) as resp:
