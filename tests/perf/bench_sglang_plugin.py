@@ -17,11 +17,11 @@ at every step) and ``kept`` (:mod:`fairserve.sglang.matches`, the plugin's defau
 Times are the scheduler thread's CPU time by default (``--clock cpu``: on a machine shared
 with other jobs, wall time mostly measures their load) or wall time (``--clock wall``).
 Medians, best and p99 over the steps that made a decision; the note gives the policy's
-questions per decision and, with kept matches, the share of matches answered without a
-walk. First rows: the cost of one answer alone (a generator ``send`` into the policy's
-``decide``, ``sglang/decision.py``) and of one waiting request's match in a real
-``UnifiedRadixCache`` when nothing changed on its path, kept vs walked, for short and long
-prompts (``--prompt-tokens``).
+questions and SGLang's offers (``add_one_req`` calls) per decision and, with kept matches,
+the share of matches answered without a walk. First rows: the cost of one answer alone (a
+generator ``send`` into the policy's ``decide``, ``sglang/decision.py``) and of one waiting
+request's match in a real ``UnifiedRadixCache`` when nothing changed on its path, kept vs
+walked, for short and long prompts (``--prompt-tokens``).
 """
 
 from __future__ import annotations
@@ -44,14 +44,17 @@ for path in (ROOT, ROOT / "cli"):  # runnable as a script from any directory
 from tests.perf.timing import Result, print_json, print_table, summarize  # noqa: E402
 
 SIZES = (10, 100, 1000, 10_000)
-CASES: tuple[tuple[str | None, float | None, str | None], ...] = (
-    (None, None, None),
-    ("dlpm", 256.0, "prefix_len"),
-    ("dlpm", 256.0, "walk"),
-    ("dlpm", 256.0, "kept"),
-    ("vtc", None, "kept"),
+CASES: tuple[tuple[str | None, float | None, str | None, bool], ...] = (
+    (None, None, None, True),
+    ("dlpm", 256.0, "prefix_len", True),
+    ("dlpm", 256.0, "walk", True),
+    ("dlpm", 256.0, "kept", False),
+    ("dlpm", 256.0, "kept", True),
+    ("vtc", None, "kept", True),
 )
-"""(policy, quantum, matches): None is the plugin disabled (SGLang's own ordering)."""
+"""(policy, quantum, matches, bounded): None is the plugin disabled (SGLang's own ordering);
+``bounded`` False offers SGLang every request the policy asks about (``PolicyHost.bound``
+None: the plugin before it knew which requests SGLang must refuse)."""
 CLIENTS = 6
 PREFIX_TOKENS = 48
 OWN_TOKENS = 16
@@ -67,6 +70,7 @@ def bench(
     matching: str | None,
     steps: int,
     clock: Callable[[], float] = time.thread_time,
+    bounded: bool = True,
 ) -> list[Result]:
     from fairserve.sglang.host import PolicyHost
     from fairserve.sglang.matches import KeptMatches
@@ -74,6 +78,7 @@ def bench(
 
     set_policy(policy, quantum)
     decisions: list[float] = []
+    offers: list[int] = []
     begins: list[float] = []
     questions = count_questions()
 
@@ -83,11 +88,14 @@ def bench(
             record = super()._prefill()
             if record is not None:
                 decisions.append(clock() - start)
+                offers.append(len(record.offers))
             return record
 
     engine = Timed(kv_tokens=2048, max_running=4096)
     host = engine.host
     if host is not None:
+        if not bounded:
+            host.bound = None
         host.matches = None if matching == "prefix_len" else KeptMatches(keep=matching != "walk")
         begin = PolicyHost.begin_decision
 
@@ -114,6 +122,7 @@ def bench(
         refill()
         if step == warmup:
             decisions.clear()
+            offers.clear()
             begins.clear()
             if host is not None and host.matches is not None:
                 host.matches.walks = host.matches.reused = 0
@@ -124,8 +133,11 @@ def bench(
     name = policy or "off (SGLang LPM)"
     if matching is not None:
         name += f", {matching}"
+    if not bounded:
+        name += ", every request offered"
     asked = statistics.median(questions) if questions else 0
-    note = f"{asked:g} questions/decision"
+    offered = statistics.median(offers) if offers else 0
+    note = f"{asked:g} questions, {offered:g} offers/decision"
     kept = host.matches if host is not None else None
     if kept is not None and kept.keep and kept.walks + kept.reused:
         note += f", {kept.reused / (kept.walks + kept.reused):.1%} matches kept"
@@ -269,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         for tokens in prompts:
             results += match_cost(size, tokens)
     for size in sizes:
-        for policy, quantum, matching in CASES:
-            results += bench(size, policy, quantum, matching, args.steps, CLOCKS[args.clock])
+        for policy, quantum, matching, bounded in CASES:
+            results += bench(
+                size, policy, quantum, matching, args.steps, CLOCKS[args.clock], bounded
+            )
     if args.json:
         print_json(results)
     else:

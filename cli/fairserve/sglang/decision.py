@@ -54,6 +54,14 @@ class Decision:
         self.cursor = 0
         self.admitted: list[tuple[Request, int]] = []
         """(core request, real extend tokens) in admission order."""
+        self.needs: dict[int, int] = {}
+        """id(core request) → KV tokens SGLang's adder charges it at least (absent: unknown;
+        see :meth:`fairserve.sglang.host.PolicyHost.admit`)."""
+        self.least_need: int | None = None
+        """The smallest of :attr:`needs` over every candidate (None: one is unknown)."""
+        self.ignores_eos = False
+        """A candidate ignores its end of sequence (SGLang admits such requests by rules of
+        its own when its prefix cache is disabled)."""
         self._advance(None)
 
     def _advance(self, answer: Answer | None) -> None:
@@ -88,6 +96,17 @@ class Decision:
         while self.question is not None and self.question is not req:
             self._advance(NO_FIT)
         return self.question is req
+
+    def skip_unfit(self, room: float) -> None:
+        """Answer "does not fit" to questions about requests that need at least ``room``
+        tokens, without offering them: SGLang would match each one (``init_next_round_input``)
+        only to answer ``NO_TOKEN``, which the policy hears as the same ``NO_FIT``."""
+        needs = self.needs
+        while (question := self.question) is not None:
+            need = needs.get(id(question))
+            if need is None or need < room:
+                return
+            self._advance(NO_FIT)
 
     def bring_forward(self, position: int) -> None:
         """Move the pending question's request to ``position + 1`` (``-1``: to the front).

@@ -17,7 +17,7 @@ from fairserve.sglang.config import PluginConfig, build_policy
 from fairserve.sglang.control import PolicyChange
 from fairserve.sglang.evictions import is_cache_recorder, is_device_medium, node_tokens
 from fairserve.sglang.extension import ExtensionServer
-from fairserve.sglang.host import PolicyHost
+from fairserve.sglang.host import AdmissionBound, PolicyHost
 
 log = logging.getLogger("fairserve.sglang")
 
@@ -55,8 +55,22 @@ def make_host(config: PluginConfig, scheduler: Any, results: Any) -> PolicyHost:
     policy = build_policy(config, capacity)
     return PolicyHost(
         config, policy, results, model_name=str(model) if model else None,
-        kv_capacity_tokens=capacity,
+        kv_capacity_tokens=capacity, bound=admission_bound(),
     )  # fmt: skip
+
+
+def admission_bound() -> AdmissionBound | None:
+    """SGLang's admission rule as :class:`AdmissionBound` knows it (None without SGLang, or
+    an SGLang whose adder or budgets moved elsewhere: every request is then offered)."""
+    try:
+        from sglang.srt.managers import schedule_policy
+        from sglang.srt.mem_cache.prefill_budget import PrefillBudget, SWAPrefillBudget
+    except ImportError:
+        return None
+    clip = getattr(schedule_policy, "CLIP_MAX_NEW_TOKENS", None)
+    if not isinstance(clip, int):
+        return None
+    return AdmissionBound(clip, (schedule_policy.PrefillAdder,), (PrefillBudget, SWAPrefillBudget))
 
 
 # ---------------------------------------------------------------- the hooks

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fairserve.core.errors import ConfigError
@@ -44,6 +45,26 @@ from fairserve.sglang.requests import (
 )
 
 
+@dataclass(frozen=True)
+class AdmissionBound:
+    """What lets the host know, without SGLang matching a request, that
+    ``PrefillAdder.add_one_req`` would answer ``NO_TOKEN`` for it.
+
+    For the adder and memory budgets named here (SGLang's own ``PrefillAdder`` over a
+    ``PrefillBudget`` or ``SWAPrefillBudget``) a request is refused when
+    ``total_tokens >= rem_total_tokens``, where ``total_tokens`` is its extend (at least 1
+    token: SGLang never matches a whole prompt) plus ``min(max_new_tokens - outputs,
+    clip_max_new_tokens)`` plus the adder's ``per_req_token_overhead`` plus reserves that
+    are never negative; ``rem_total_tokens`` read outside the adder's lock on the request's
+    prefix can only be larger than inside it. Other adders or budgets (shared SWA pools
+    that chunk on a shortfall, diffusion models, Mamba state slots) get no bound."""
+
+    clip_max_new_tokens: int
+    """SGLang's ``CLIP_MAX_NEW_TOKENS`` (the output reservation's cap)."""
+    adders: tuple[type, ...]
+    budgets: tuple[type, ...]
+
+
 class PolicyHost:
     """One local policy driven by one SGLang scheduler (one rank)."""
 
@@ -55,6 +76,7 @@ class PolicyHost:
         *,
         model_name: str | None = None,
         kv_capacity_tokens: int | None = None,
+        bound: AdmissionBound | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -71,6 +93,9 @@ class PolicyHost:
         self.last_ticket = 0
         self.matches: KeptMatches | None = KeptMatches()
         """The waiting requests' prefix matches (None: SGLang's ``prefix_len`` only)."""
+        self.bound = bound
+        """None: every request the policy asks about is offered to SGLang (tests and the
+        benchmark compare with it)."""
 
     @property
     def now(self) -> float:
@@ -110,17 +135,26 @@ class PolicyHost:
             candidates: list[Tracked] = []
             origin: dict[int, Any] = {}
             matched: dict[int, int] = {}
+            needs: dict[int, int] = {}
+            ignores_eos = False
+            clip = self.bound.clip_max_new_tokens if self.bound is not None else None
             kept = self.matches.begin(cache) if self.matches is not None else None
             for sreq in waiting:
                 tracked = self.table.get(sreq.rid) or self._arrive(sreq)
                 if tracked.state is not State.WAITING:
                     continue
                 candidates.append(tracked)
-                origin[id(tracked.req)] = sreq
+                key = id(tracked.req)
+                origin[key] = sreq
                 length = kept(sreq) if kept is not None else None
-                matched[id(tracked.req)] = (
-                    max(0, int(sreq.prefix_len)) if length is None else length
-                )
+                matched[key] = max(0, int(sreq.prefix_len)) if length is None else length
+                if clip is not None:
+                    need = _least_need(sreq, clip)
+                    if need is not None:
+                        needs[key] = need
+                    ignores_eos = ignores_eos or bool(
+                        getattr(sreq.sampling_params, "ignore_eos", False)
+                    )
             if self.matches is not None:
                 self.matches.end()
             if not candidates:
@@ -128,8 +162,13 @@ class PolicyHost:
             candidates.sort(key=lambda t: t.seq)
             requests = [t.req for t in candidates]
             decide = self.policy.decide(requests, lambda r: matched[id(r)], self.now)
-            self.decision = Decision(waiting, origin, matched, decide)
-            self.decision.bring_forward(-1)
+            decision = Decision(waiting, origin, matched, decide)
+            decision.needs = needs
+            decision.ignores_eos = ignores_eos
+            if needs and len(needs) == len(candidates):
+                decision.least_need = min(needs.values())
+            self.decision = decision
+            decision.bring_forward(-1)
 
     def _reconcile(self, waiting: list[Any]) -> None:
         """Requests the policy counts as waiting that left SGLang's queue without being
@@ -146,7 +185,20 @@ class PolicyHost:
         Work conservation: a request the policy wanted but that does not fit the memory left
         is skipped (``NO_FIT``) and the loop continues (``CONTINUE``) while the adder has
         budget left; the loop stops when the budget is spent (``EXHAUSTED``: SGLang's own
-        loop stops at any result but ``CONTINUE``) or the policy has nothing more to ask."""
+        loop stops at any result but ``CONTINUE``) or the policy has nothing more to ask.
+
+        After such a refusal the memory left (``rem_total_tokens``) is what every later
+        request is measured against (a refusal reserves nothing), so where the adder's rule
+        is known (:class:`AdmissionBound`) the host ends the decision (``EXHAUSTED``) when
+        even the least need of a waiting request does not fit it, and answers ``NO_FIT``
+        without offering them to questions about requests whose own least need does not fit:
+        SGLang would refuse each one after matching it in its tree, which with a full KV
+        pool and a long queue made one decision cost ~50 µs per waiting request. The
+        admissions and the policy's state are those of offering every one (``EXHAUSTED`` is
+        ``NO_FIT`` for the rest); the loop is told ``OTHER``, which, like the end of the
+        list it would otherwise reach, does not mark the running batch full. Only after a
+        refusal: after an admission the next request is offered, so SGLang's own checks
+        before ``add_one_req`` (the running-request bound) still run where they did."""
         results = self.results
         with self.lock:
             decision = self.decision
@@ -169,12 +221,39 @@ class PolicyHost:
                 and adder.budget_state() == results.CONTINUE
                 and not _holds_mamba(sreq)
             ):  # admitted, or too large for what is left: try the others
+                room = None if admitted else self._room(decision, adder)
+                least = decision.least_need
+                if room is not None and least is not None and least >= room:
+                    decision.answer(EXHAUSTED)  # nothing waiting fits what is left
+                    self._close_decision()
+                    return results.OTHER
                 decision.answer(FIT if admitted else NO_FIT)
+                if room is not None:
+                    decision.skip_unfit(room)
                 decision.bring_forward(position)
                 return results.CONTINUE
             decision.answer(FIT if admitted else EXHAUSTED)
             self._close_decision()  # the loop stops here: nothing more fits
             return result
+
+    def _room(self, decision: Decision, adder: Any) -> float | None:
+        """The least need (:func:`_least_need`) from which SGLang's ``add_one_req`` refuses
+        a request now; None where its rule is not the one :class:`AdmissionBound` knows."""
+        bound = self.bound
+        if (
+            bound is None
+            or not decision.needs
+            or type(adder) not in bound.adders
+            or type(getattr(adder, "memory_budget", None)) not in bound.budgets
+            or getattr(adder, "dllm_config", None) is not None
+            or bool(getattr(adder, "_mamba_slot_cost", 0))
+            or getattr(adder, "rem_mamba_slots", None) is not None
+            or getattr(adder, "is_hybrid_ssm_cache", False)
+        ):
+            return None
+        if decision.ignores_eos and getattr(adder.tree_cache, "disable", True):
+            return None  # SGLang's add_one_req_ignore_eos has rules of its own
+        return float(adder.rem_total_tokens) - float(adder.per_req_token_overhead)
 
     def _admitted(self, decision: Decision, tracked: Tracked, sreq: ReqLike) -> None:
         tracked.state = State.RUNNING
@@ -304,6 +383,25 @@ class PolicyHost:
                 "clock_steps": self.counters.steps,
                 "evictions_next": self.evictions.next_seq,
             }
+
+
+def _least_need(sreq: Any, clip_max_new_tokens: int) -> int | None:
+    """KV tokens SGLang's ``add_one_req`` charges ``sreq`` at least, besides the adder's
+    ``per_req_token_overhead``: one extend token (a prompt is never matched whole) and its
+    output reservation. None where the host does not skip it: beam search and LoRA requests
+    (the loop's own checks before ``add_one_req`` depend on them), Mamba state, no prompt."""
+    if (
+        getattr(sreq, "beam_group", None) is not None
+        or getattr(sreq, "lora_id", None) is not None
+        or _holds_mamba(sreq)
+    ):
+        return None
+    sampling = sreq.sampling_params
+    max_new = getattr(sampling, "max_new_tokens", None)
+    prompt = getattr(sreq, "origin_input_ids", None)
+    if not isinstance(max_new, int) or not prompt:
+        return None
+    return 1 + min(max(max_new - len(sreq.output_ids), 0), clip_max_new_tokens)
 
 
 def _holds_mamba(sreq: Any) -> bool:
