@@ -53,7 +53,8 @@ class AdmissionBound:
     For the adder and memory budgets named here (SGLang's own ``PrefillAdder`` over a
     ``PrefillBudget`` or ``SWAPrefillBudget``) a request is refused when
     ``total_tokens >= rem_total_tokens``, where ``total_tokens`` is its extend (at least 1
-    token: SGLang never matches a whole prompt) plus ``min(max_new_tokens - outputs,
+    token: SGLang never matches a whole prompt; at least the tokens past its kept match)
+    plus ``min(max_new_tokens - outputs,
     clip_max_new_tokens)`` plus the adder's ``per_req_token_overhead`` plus reserves that
     are never negative; ``rem_total_tokens`` read outside the adder's lock on the request's
     prefix can only be larger than inside it. Other adders or budgets (shared SWA pools
@@ -149,7 +150,7 @@ class PolicyHost:
                 length = kept(sreq) if kept is not None else None
                 matched[key] = max(0, int(sreq.prefix_len)) if length is None else length
                 if clip is not None:
-                    need = _least_need(sreq, clip)
+                    need = _least_need(sreq, clip, length)
                     if need is not None:
                         needs[key] = need
                     ignores_eos = ignores_eos or bool(
@@ -385,11 +386,14 @@ class PolicyHost:
             }
 
 
-def _least_need(sreq: Any, clip_max_new_tokens: int) -> int | None:
+def _least_need(sreq: Any, clip_max_new_tokens: int, kept: int | None) -> int | None:
     """KV tokens SGLang's ``add_one_req`` charges ``sreq`` at least, besides the adder's
-    ``per_req_token_overhead``: one extend token (a prompt is never matched whole) and its
-    output reservation. None where the host does not skip it: beam search and LoRA requests
-    (the loop's own checks before ``add_one_req`` depend on them), Mamba state, no prompt."""
+    ``per_req_token_overhead``: its extend and its output reservation. The extend is at
+    least one token (a prompt is never matched whole) and, with a kept match (``kept``,
+    :mod:`fairserve.sglang.matches`: SGLang's own match in its tree, which does not change
+    during the admission loop), the tokens past it. None where the host does not skip it:
+    beam search and LoRA requests (the loop's own checks before ``add_one_req`` depend on
+    them), Mamba state, no prompt."""
     if (
         getattr(sreq, "beam_group", None) is not None
         or getattr(sreq, "lora_id", None) is not None
@@ -401,7 +405,9 @@ def _least_need(sreq: Any, clip_max_new_tokens: int) -> int | None:
     prompt = getattr(sreq, "origin_input_ids", None)
     if not isinstance(max_new, int) or not prompt:
         return None
-    return 1 + min(max(max_new - len(sreq.output_ids), 0), clip_max_new_tokens)
+    outputs = len(sreq.output_ids)
+    extend = 1 if kept is None else max(1, len(prompt) + outputs - kept)
+    return extend + min(max(max_new - outputs, 0), clip_max_new_tokens)
 
 
 def _holds_mamba(sreq: Any) -> bool:
