@@ -97,6 +97,9 @@ class PolicyHost:
         self.bound = bound
         """None: every request the policy asks about is offered to SGLang (tests and the
         benchmark compare with it)."""
+        self.shapes: dict[str, Shape | None] = {}
+        """rid → what a waiting request's least need is made of (:func:`_shape`), read once
+        per wait: it does not change while the request waits (None: not skipped)."""
 
     @property
     def now(self) -> float:
@@ -138,6 +141,7 @@ class PolicyHost:
             matched: dict[int, int] = {}
             needs: dict[int, int] = {}
             ignores_eos = False
+            shapes = self.shapes
             clip = self.bound.clip_max_new_tokens if self.bound is not None else None
             kept = self.matches.begin(cache) if self.matches is not None else None
             for sreq in waiting:
@@ -150,12 +154,15 @@ class PolicyHost:
                 length = kept(sreq) if kept is not None else None
                 matched[key] = max(0, int(sreq.prefix_len)) if length is None else length
                 if clip is not None:
-                    need = _least_need(sreq, clip, length)
-                    if need is not None:
-                        needs[key] = need
-                    ignores_eos = ignores_eos or bool(
-                        getattr(sreq.sampling_params, "ignore_eos", False)
-                    )
+                    rid = tracked.req.id
+                    shape = shapes[rid] if rid in shapes else shapes.setdefault(
+                        rid, _shape(sreq, clip)
+                    )  # fmt: skip
+                    if shape is not None:
+                        filled, outputs, ignores = shape
+                        extend = 1 if length is None else max(1, filled - length)
+                        needs[key] = extend + outputs
+                        ignores_eos = ignores_eos or ignores
             if self.matches is not None:
                 self.matches.end()
             if not candidates:
@@ -238,7 +245,7 @@ class PolicyHost:
             return result
 
     def _room(self, decision: Decision, adder: Any) -> float | None:
-        """The least need (:func:`_least_need`) from which SGLang's ``add_one_req`` refuses
+        """The least need (:func:`_shape`) from which SGLang's ``add_one_req`` refuses
         a request now; None where its rule is not the one :class:`AdmissionBound` knows."""
         bound = self.bound
         if (
@@ -250,6 +257,10 @@ class PolicyHost:
             or bool(getattr(adder, "_mamba_slot_cost", 0))
             or getattr(adder, "rem_mamba_slots", None) is not None
             or getattr(adder, "is_hybrid_ssm_cache", False)
+            or getattr(
+                getattr(adder.tree_cache, "req_to_token_pool", None), "mamba_allocator", None
+            )
+            is not None  # requests may hold Mamba state (see _holds_mamba)
         ):
             return None
         if decision.ignores_eos and getattr(adder.tree_cache, "disable", True):
@@ -257,6 +268,7 @@ class PolicyHost:
         return float(adder.rem_total_tokens) - float(adder.per_req_token_overhead)
 
     def _admitted(self, decision: Decision, tracked: Tracked, sreq: ReqLike) -> None:
+        self.shapes.pop(tracked.req.id, None)  # back in the queue only with more outputs
         tracked.state = State.RUNNING
         req, extend = tracked.req, real_extend_tokens(sreq)
         req.cached_tokens = max(0, req.input_tokens - extend)
@@ -326,6 +338,7 @@ class PolicyHost:
                     self.counters.finished += 1
 
     def _abort(self, tracked: Tracked, was_waiting: bool) -> None:
+        self.shapes.pop(tracked.req.id, None)
         self.policy.on_abort(tracked.req, self.now, was_waiting=was_waiting)
         self.table.forget(tracked.req.id)
         self.counters.aborted += 1
@@ -386,19 +399,19 @@ class PolicyHost:
             }
 
 
-def _least_need(sreq: Any, clip_max_new_tokens: int, kept: int | None) -> int | None:
-    """KV tokens SGLang's ``add_one_req`` charges ``sreq`` at least, besides the adder's
-    ``per_req_token_overhead``: its extend and its output reservation. The extend is at
-    least one token (a prompt is never matched whole) and, with a kept match (``kept``,
-    :mod:`fairserve.sglang.matches`: SGLang's own match in its tree, which does not change
-    during the admission loop), the tokens past it. None where the host does not skip it:
-    beam search and LoRA requests (the loop's own checks before ``add_one_req`` depend on
-    them), Mamba state, no prompt."""
-    if (
-        getattr(sreq, "beam_group", None) is not None
-        or getattr(sreq, "lora_id", None) is not None
-        or _holds_mamba(sreq)
-    ):
+Shape = tuple[int, int, bool]
+"""(prompt and output tokens SGLang matches, output tokens it reserves, ignores EOS)."""
+
+
+def _shape(sreq: Any, clip_max_new_tokens: int) -> Shape | None:
+    """What a waiting request's least need is made of: KV tokens SGLang's ``add_one_req``
+    charges it at least, besides the adder's ``per_req_token_overhead``, are its extend and
+    its output reservation. The extend is at least one token (a prompt is never matched
+    whole) and, with a kept match (:mod:`fairserve.sglang.matches`: SGLang's own match in
+    its tree, which does not change during the admission loop), the tokens past it. None
+    where the host does not skip the request: beam search and LoRA requests (the loop's own
+    checks before ``add_one_req`` depend on them), no prompt."""
+    if getattr(sreq, "beam_group", None) is not None or getattr(sreq, "lora_id", None) is not None:
         return None
     sampling = sreq.sampling_params
     max_new = getattr(sampling, "max_new_tokens", None)
@@ -406,8 +419,8 @@ def _least_need(sreq: Any, clip_max_new_tokens: int, kept: int | None) -> int | 
     if not isinstance(max_new, int) or not prompt:
         return None
     outputs = len(sreq.output_ids)
-    extend = 1 if kept is None else max(1, len(prompt) + outputs - kept)
-    return extend + min(max(max_new - outputs, 0), clip_max_new_tokens)
+    reserved = min(max(max_new - outputs, 0), clip_max_new_tokens)
+    return len(prompt) + outputs, reserved, bool(getattr(sampling, "ignore_eos", False))
 
 
 def _holds_mamba(sreq: Any) -> bool:
