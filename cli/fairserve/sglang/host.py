@@ -52,13 +52,13 @@ class AdmissionBound:
 
     For the adder and memory budgets named here (SGLang's own ``PrefillAdder`` over a
     ``PrefillBudget`` or ``SWAPrefillBudget``) a request is refused when
-    ``total_tokens >= rem_total_tokens``, where ``total_tokens`` is its extend (at least 1
-    token: SGLang never matches a whole prompt; at least the tokens past its kept match)
-    plus ``min(max_new_tokens - outputs,
-    clip_max_new_tokens)`` plus the adder's ``per_req_token_overhead`` plus reserves that
-    are never negative; ``rem_total_tokens`` read outside the adder's lock on the request's
-    prefix can only be larger than inside it. Other adders or budgets (shared SWA pools
-    that chunk on a shortfall, diffusion models, Mamba state slots) get no bound."""
+    ``total_tokens >= rem_total_tokens``, where ``total_tokens`` is its extend (the tokens
+    past its kept match, at least 1: SGLang never matches a whole prompt) plus
+    ``min(max_new_tokens - outputs, clip_max_new_tokens)`` plus the adder's
+    ``per_req_token_overhead`` plus reserves that are never negative; ``rem_total_tokens``
+    read outside the adder's lock on the request's prefix can only be larger than inside
+    it. Other adders or budgets (shared SWA pools that chunk on a shortfall, diffusion
+    models, Mamba state slots) get no bound."""
 
     clip_max_new_tokens: int
     """SGLang's ``CLIP_MAX_NEW_TOKENS`` (the output reservation's cap)."""
@@ -158,10 +158,9 @@ class PolicyHost:
                     shape = shapes[rid] if rid in shapes else shapes.setdefault(
                         rid, _shape(sreq, clip)
                     )  # fmt: skip
-                    if shape is not None:
+                    if shape is not None and length is not None:
                         filled, outputs, ignores = shape
-                        extend = 1 if length is None else max(1, filled - length)
-                        needs[key] = extend + outputs
+                        needs[key] = max(1, filled - length) + outputs
                         ignores_eos = ignores_eos or ignores
             if self.matches is not None:
                 self.matches.end()
@@ -406,11 +405,13 @@ Shape = tuple[int, int, bool]
 def _shape(sreq: Any, clip_max_new_tokens: int) -> Shape | None:
     """What a waiting request's least need is made of: KV tokens SGLang's ``add_one_req``
     charges it at least, besides the adder's ``per_req_token_overhead``, are its extend and
-    its output reservation. The extend is at least one token (a prompt is never matched
-    whole) and, with a kept match (:mod:`fairserve.sglang.matches`: SGLang's own match in
-    its tree, which does not change during the admission loop), the tokens past it. None
-    where the host does not skip the request: beam search and LoRA requests (the loop's own
-    checks before ``add_one_req`` depend on them), no prompt."""
+    its output reservation. The extend is the tokens past its kept match
+    (:mod:`fairserve.sglang.matches`: SGLang's own match in its tree, which does not change
+    during the admission loop), at least one (a prompt is never matched whole); requests
+    without a kept match (a cache of another shape: HiCache, SWA, Mamba, the Rust tree
+    core) are not skipped. None where the host does not skip the request: beam search and
+    LoRA requests (the loop's own checks before ``add_one_req`` depend on them), no
+    prompt."""
     if getattr(sreq, "beam_group", None) is not None or getattr(sreq, "lora_id", None) is not None:
         return None
     sampling = sreq.sampling_params
