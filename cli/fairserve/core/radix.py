@@ -254,7 +254,10 @@ class RadixTree:
         Does to the tree what a lock immediately released does (the split, the refresh of
         the path), so following it with :meth:`lock_probed` or :meth:`release_probe`
         leaves the tree exactly as ``lock`` (then ``unlock``) would, with one walk up the
-        path instead of two for a refused admission."""
+        path instead of two for a refused admission. One difference, on purpose: when the
+        key already holds a lock, ``unlock`` would release the shortest of its locks (the
+        earlier request's), so a refused request's longer lock stayed; a released probe
+        leaves the earlier lock alone and holds nothing."""
         node, matched = self._lock_target(key)
         self._trie.owned = False
         self._tick += 1
