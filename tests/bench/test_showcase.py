@@ -1,12 +1,15 @@
 """The README's showcase, exactly as written, shows the fair split.
 
 ``fairserve launch`` (the default: two simulated workers, ``dlpm``/``doubleq``) and
-``fairserve bench --workload vtc-constant --duration 20 --timeout 60``: two clients at
+``fairserve bench --workload vtc-constant --duration 10 --timeout 60``: two clients at
 rates 1:2, both over their share. Before, the bench reported FCFS's 2:1 split (a shared
 in-flight cap of 256 set the shares by itself, and an unbounded simulated worker finished
 nothing under overload). The same run under ``--policy fcfs`` gives Jain's index 0.90
 (measured), so the threshold below tells the two apart. Real processes, 127.0.0.1, private
-XDG directories, bounded in time (about 70 s).
+XDG directories, bounded in time (about 70 s). Ten seconds of arrivals since the simulated
+worker's default running bound became the batch-time knee (52 requests, for light clients'
+latency under overload): the cluster then finishes ~20% less at saturation, and a 20 s burst
+left client2 a backlog that outlasted the 60 s the bench gives it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 from tests.cli.conftest import RunCli, fairserve_exe, run_cli  # noqa: F401  (fixtures)
 from tests.cli.test_launch import env, stop_and_reap  # noqa: F401  (fixture)
 
-SHOWCASE = ("--workload", "vtc-constant", "--duration", "20", "--timeout", "60", "--json")
+SHOWCASE = ("--workload", "vtc-constant", "--duration", "10", "--timeout", "60", "--json")
 
 
 @pytest.mark.slow
@@ -43,6 +46,6 @@ def test_readme_showcase_shows_the_fair_split(
           f"{elapsed_s:.0f} s")  # fmt: skip
     assert report["errors"]["total"] == 0 and report["unfinished"]["total"] == 0
     assert report["jain_index"] >= 0.95, report["jain_index"]
-    assert report["jain_window_s"][1] - report["jain_window_s"][0] >= 15.0
+    assert report["jain_window_s"][1] - report["jain_window_s"][0] >= 8.0
     rates = [c["window_service_rate"] for c in report["clients"].values()]
     assert max(rates) / min(rates) < 1.5, rates  # FCFS: 2
