@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-s", type=float, default=900.0, help="stop sending after this")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--speed", type=float, default=1000.0)
+    p.add_argument("--worker-arg", action="append", default=[], help="a worker option")
     p.add_argument("router_args", nargs="*")
     args = p.parse_args(argv)
     with cluster(args) as (url, proc):

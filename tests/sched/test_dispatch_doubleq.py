@@ -15,6 +15,7 @@ from fairserve.core.errors import ConfigError
 from fairserve.core.radix import RadixTree
 from fairserve.core.types import Request, make_request, tokens_to_key
 from fairserve.sched import registry
+from fairserve.sched.base import MAX_CLIENTS
 from fairserve.sched.dispatch.doubleq import DoubleQ
 from tests.fakes.cluster import prompt_tokens
 
@@ -293,7 +294,7 @@ def test_idle_clients_beyond_the_cap_are_forgotten_busy_ones_never() -> None:
     assert isinstance(dq, doubleq.DoubleQ)
     busy = Request("busy-1", "busy", tokens_to_key([1, 2, 3]), 8, 0.0)
     dq.on_dispatch(busy, dq.choose(busy))
-    cap = doubleq.MAX_CLIENTS
+    cap = MAX_CLIENTS
     for i in range(cap + 50):
         req = Request(f"r{i}", f"name-{i}", tokens_to_key([i]), 4, float(i))
         worker = dq.choose(req)
