@@ -109,3 +109,31 @@ def test_a_request_waiting_past_the_queue_timeout_gets_503_with_retry_after() ->
 def test_the_queue_timeout_is_validated() -> None:
     with pytest.raises(ConfigError, match="--queue-timeout"):
         RouterConfig(worker_urls=("http://a:1",), queue_timeout_s=0)
+
+
+def test_the_state_shows_requests_waiting_for_room_and_timed_out() -> None:
+    async def body() -> None:
+        async with sim_router(1, worker=SLOW, queue_timeout_s=0.5) as (server, session, _):
+            stop = asyncio.Event()
+            held = [asyncio.create_task(_hold(session, "heavy", stop)) for _ in range(BOUND)]
+
+            async def full() -> bool:
+                return server.router.accounting.held >= BOUND
+
+            await poll(full, what="the worker full")
+            heavy = {"X-Fairserve-Client": "heavy"}
+            late = asyncio.create_task(post(session, "/v1/chat/completions", chat(), headers=heavy))
+
+            async def one_waits() -> bool:
+                state = await (await session.get("/fairserve/v1/state")).json()
+                return bool(state["router"]["slots"]["waiting"] == 1)
+
+            await poll(one_waits, what="the late request waiting for room")
+            status, _, _ = await late
+            assert status == 503
+            state = await (await session.get("/fairserve/v1/state")).json()
+            assert state["router"]["slots"] == {"waiting": 0, "waited": 1, "timed_out": 1}
+            stop.set()
+            assert await asyncio.gather(*held) == [200] * BOUND
+
+    run(body())

@@ -59,6 +59,9 @@ class RouterInfo(TypedDict, total=False):
     router_queue: str
     settings: dict[str, Any]
     auth_mode: str
+    slots: dict[str, int]
+    """Requests waiting in the router for room on a worker now, and so far: waited, and
+    timed out (answered 503 after ``--queue-timeout``)."""
 
 
 class RouterState(TypedDict, total=False):

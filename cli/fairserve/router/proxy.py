@@ -21,7 +21,6 @@ import json
 import math
 import time
 from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
 
 import aiohttp
 from aiohttp import web
@@ -36,7 +35,6 @@ from fairserve.router.framing import Response, UpstreamError
 from fairserve.router.lifecycle import Call
 from fairserve.router.pool import Pool, header_value
 from fairserve.router.relay import InvalidAnswer, SseRelay, complete_body
-from fairserve.router.slots import WorkerSlots
 from fairserve.router.upstream import Upstream
 from fairserve.sched.dispatch.base import NoWorkerAvailable
 
@@ -93,30 +91,11 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
         router.leave()
 
 
-_SLOTS: WeakKeyDictionary[Router, WorkerSlots] = WeakKeyDictionary()
-
-
-def slots_of(router: Router) -> WorkerSlots:
-    """The router's worker slots (``router.slots``), subscribed to its lifecycle on first
-    use so that every dispatch and release is counted."""
-    slots = _SLOTS.get(router)
-    if slots is None:
-        upstreams = router.upstreams
-
-        def bound(worker: str) -> int | None:
-            up = upstreams.get(worker)
-            return None if up is None else up.running_bound
-
-        slots = _SLOTS[router] = WorkerSlots(bound)
-        router.lifecycle.subscribe(slots)
-    return slots
-
-
 async def _choose(router: Router, call: Call, last_error: str) -> str:
     """A worker for the next attempt: the dispatcher's choice among the healthy workers not
     tried yet that have a slot for the client (``router.slots``); waits for one up to the
     queue timeout."""
-    slots = slots_of(router)
+    slots = router.slots
     deadline_s = time.monotonic() + router.config.queue_timeout_s
     waited = False
     while True:

@@ -38,6 +38,7 @@ from fairserve.router.queues import ROUTER_JUSTITIA_STEPS_PER_S as ROUTER_JUSTIT
 from fairserve.router.queues import RouterQueues
 from fairserve.router.queues import build_queue_policy as build_queue_policy
 from fairserve.router.settings import FairnessSettings, default_quantum
+from fairserve.router.slots import WorkerSlots
 from fairserve.router.upstream import Upstream, every
 from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.sched.local.base import local_policy_class
@@ -92,6 +93,9 @@ class Router:
         }
         self.settings = self._settings()
         """The one owner of weights and quanta (see ``router.settings``)."""
+        self.slots = WorkerSlots(self._running_bound)
+        """Requests let into each worker and the ones waiting for room (``router.slots``)."""
+        self.lifecycle.subscribe(self.slots)
         self.queues = RouterQueues(config, self.settings, self.upstreams)
         self.queues.listen()
         self.pushes = WorkerPushes(
@@ -119,6 +123,11 @@ class Router:
         self.idle.set()
 
     # ------------------------------------------------------------------ fairness settings
+    def _running_bound(self, worker: str) -> int | None:
+        """A worker's running bound as it reported it (None: unknown, or not one of ours)."""
+        up = self.upstreams.get(worker)
+        return None if up is None else up.running_bound
+
     def _settings(self) -> FairnessSettings:
         """The settings and who applies them: the dispatcher (read at each change: a test
         may wrap it), the accounting, then the router-side queues (``RouterQueues.listen``)."""

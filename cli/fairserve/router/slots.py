@@ -51,6 +51,11 @@ class WorkerSlots(Subscriber):
         self.waited = 0
         self.timed_out = 0
 
+    def view(self) -> dict[str, int]:
+        """What the state shows: requests waiting for room now, and so far."""
+        waiting = sum(len(queue) for queue in self.waiting.values())
+        return {"waiting": waiting, "waited": self.waited, "timed_out": self.timed_out}
+
     # ------------------------------------------------------------------ decisions
     def open_for(self, client: str, workers: Sequence[str], waited: bool = False) -> list[str]:
         """The workers of ``workers`` that may take a request of ``client`` now.

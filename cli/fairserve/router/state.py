@@ -68,6 +68,7 @@ def snapshot(
             "router_queue": router.config.router_queue,
             "settings": router.settings_view(),
             "auth_mode": auth_mode(router.config.clients, router.config.trust_identity_header),
+            "slots": router.slots.view(),
         },
         "quantum": quantum_view(router),
         "fairness": _fairness(view, window_s),
