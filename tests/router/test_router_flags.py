@@ -130,11 +130,11 @@ def test_a_router_queue_runs_justitia_on_a_clock_in_seconds() -> None:
 
     config = RouterConfig(worker_urls=("http://127.0.0.1:1",), policy="justitia")
     policy = build_queue_policy(config)
-    assert policy.p["clock"] == "seconds"
-    assert policy.p["steps_per_s"] == ROUTER_JUSTITIA_STEPS_PER_S
+    assert policy.config.as_dict()["clock"] == "seconds"
+    assert policy.config.as_dict()["steps_per_s"] == ROUTER_JUSTITIA_STEPS_PER_S
     chosen = RouterConfig(
         worker_urls=("http://127.0.0.1:1",),
         policy="justitia",
         policy_params={"clock": "seconds", "steps_per_s": 50.0},
     )
-    assert build_queue_policy(chosen).p["steps_per_s"] == 50.0
+    assert build_queue_policy(chosen).config.as_dict()["steps_per_s"] == 50.0

@@ -116,10 +116,10 @@ def test_every_registered_parameter_can_be_set_by_text() -> None:
     for owner, values in settings.items():
         if owner in LOCAL:
             policy = registry.make_local_policy(owner, **values)
-            assert policy.p == {**policy.p, **values}
+            assert policy.config.as_dict() == {**policy.config.as_dict(), **values}
         else:
             dispatcher = registry.make_dispatcher(owner, ["w0"], **values)
-            assert dispatcher.p == {**dispatcher.p, **values}
+            assert dispatcher.config.as_dict() == {**dispatcher.config.as_dict(), **values}
 
 
 @pytest.mark.parametrize(

@@ -57,9 +57,12 @@ def test_policies_come_from_the_registry() -> None:
 
 def test_justitia_gets_the_engines_kv_capacity() -> None:
     policy = build_policy(PluginConfig(policy="justitia"), kv_capacity_tokens=12345)
-    assert policy.p["kv_capacity_tokens"] == 12345
+    assert policy.config.as_dict()["kv_capacity_tokens"] == 12345
     explicit = PluginConfig(policy="justitia", params={"kv_capacity_tokens": 99})
-    assert build_policy(explicit, kv_capacity_tokens=12345).p["kv_capacity_tokens"] == 99
+    assert (
+        build_policy(explicit, kv_capacity_tokens=12345).config.as_dict()["kv_capacity_tokens"]
+        == 99
+    )
 
 
 def test_busy_time_counts_overlapping_steps_once() -> None:

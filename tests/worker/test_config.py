@@ -24,7 +24,7 @@ def test_quantum_and_params_reach_the_policy() -> None:
     config = make_config(policy="dlpm", quantum=64.0, policy_params={"w_q": 3.0})
     policy = build_engine(config).policy
     assert policy.quantum == 64.0
-    assert policy.p["w_q"] == 3.0
+    assert policy.config.as_dict()["w_q"] == 3.0
 
 
 def test_quantum_for_a_policy_without_one_is_refused() -> None:
@@ -45,4 +45,4 @@ def test_bad_values_fail_at_startup() -> None:
 
 def test_justitia_gets_the_kv_capacity_of_the_profile() -> None:
     config = make_config(policy="justitia")
-    assert build_engine(config).policy.p["kv_capacity_tokens"] == 4096
+    assert build_engine(config).policy.config.as_dict()["kv_capacity_tokens"] == 4096

@@ -77,12 +77,6 @@ class Scheduler(ABC):
         for client, weight in (weights or {}).items():
             self.set_weight(client, weight)
 
-    @property
-    def p(self) -> dict[str, Any]:
-        """The parameters by name, a copy (snapshots, records, tests); code reads the typed
-        :attr:`config` instead."""
-        return self.config.as_dict()
-
     # ------------------------------------------------------------ configuration
     def weight(self, client: str) -> float:
         return self.weights.get(client, 1.0)

@@ -274,7 +274,7 @@ class Recorder:
         policy = engines[0].policy if engines else None
         return {
             "policy": policy.name if policy is not None else None,
-            "policy_params": dict(policy.p) if policy is not None else {},
+            "policy_params": policy.config.as_dict() if policy is not None else {},
             "quantum": policy.quantum if policy is not None else None,
             "dispatch": dispatcher.name,
             "workers": len(engines),
