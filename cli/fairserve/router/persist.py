@@ -22,12 +22,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fairserve.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fairserve.router.settings import FairnessSettings
 
 log = logging.getLogger("fairserve.router")
 
@@ -54,6 +51,16 @@ class LiveSettings:
         }
 
 
+class Settings(Protocol):
+    """What the file saves and restores: ``router.settings.FairnessSettings``, which builds
+    the :class:`LiveSettings` it saves (so this module does not import it back)."""
+
+    def live(self) -> LiveSettings: ...
+    def set_weight(self, client: str, weight: float) -> object: ...
+    def set_quantum(self, quantum: float) -> object: ...
+    def set_worker_quantum(self, quantum: float) -> object: ...
+
+
 class SettingsFile:
     """One router's settings file: restored at start, saved after every live change, and
     where they came from for the state and ``status``. No path: nothing is kept."""
@@ -65,9 +72,7 @@ class SettingsFile:
         self.saved_at: float | None = None
         """Unix time the live settings were last saved (or restored from)."""
 
-    def restore(
-        self, settings: FairnessSettings, quantum_given: bool, worker_quantum_given: bool
-    ) -> None:
+    def restore(self, settings: Settings, quantum_given: bool, worker_quantum_given: bool) -> None:
         """Apply what the admin API changed before a restart: saved weights over the
         clients file's; saved quanta where the command line set none (``*_given``)."""
         if self.path is None:
@@ -87,7 +92,7 @@ class SettingsFile:
             log.warning("saved quanta in %s do not apply: %s", self.path, exc)
         log.info("restored live settings from %s", self.path)
 
-    def save(self, settings: FairnessSettings) -> None:
+    def save(self, settings: Settings) -> None:
         """Write the live settings (atomically); a failure is logged, never fatal."""
         if self.path is None:
             return
