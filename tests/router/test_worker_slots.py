@@ -16,6 +16,7 @@ import pytest
 
 from fairserve.core.errors import ConfigError
 from fairserve.router.config import RouterConfig
+from fairserve.router.server import RouterServer
 from fairserve.worker.server import WorkerServer
 from tests.router.helpers import chat, poll, post, sim_router
 from tests.worker.helpers import run
@@ -35,6 +36,20 @@ async def _hold(session: aiohttp.ClientSession, client: str, stop: asyncio.Event
         else:
             await resp.read()
         return resp.status
+
+
+async def _fill(
+    server: RouterServer, session: aiohttp.ClientSession, stop: asyncio.Event
+) -> list[asyncio.Task[int]]:
+    """The one worker's bound of heavy requests, held until ``stop``, once the router holds
+    them all."""
+    held = [asyncio.create_task(_hold(session, "heavy", stop)) for _ in range(BOUND)]
+
+    async def full() -> bool:
+        return server.router.accounting.held >= BOUND
+
+    await poll(full, what="the worker full")
+    return held
 
 
 def _at_worker(workers: list[WorkerServer], client: str) -> list[int]:
@@ -81,12 +96,7 @@ def test_a_request_waiting_past_the_queue_timeout_gets_503_with_retry_after() ->
     async def body() -> None:
         async with sim_router(1, worker=SLOW, queue_timeout_s=0.5) as (server, session, _):
             stop = asyncio.Event()
-            held = [asyncio.create_task(_hold(session, "heavy", stop)) for _ in range(BOUND)]
-
-            async def full() -> bool:
-                return server.router.accounting.held >= BOUND
-
-            await poll(full, what="the worker full")
+            held = await _fill(server, session, stop)
             started = time.monotonic()
             status, error, headers = await post(
                 session, "/v1/chat/completions", chat(), headers={"X-Fairserve-Client": "heavy"}
@@ -115,12 +125,7 @@ def test_the_state_shows_requests_waiting_for_room_and_timed_out() -> None:
     async def body() -> None:
         async with sim_router(1, worker=SLOW, queue_timeout_s=0.5) as (server, session, _):
             stop = asyncio.Event()
-            held = [asyncio.create_task(_hold(session, "heavy", stop)) for _ in range(BOUND)]
-
-            async def full() -> bool:
-                return server.router.accounting.held >= BOUND
-
-            await poll(full, what="the worker full")
+            held = await _fill(server, session, stop)
             heavy = {"X-Fairserve-Client": "heavy"}
             late = asyncio.create_task(post(session, "/v1/chat/completions", chat(), headers=heavy))
 
