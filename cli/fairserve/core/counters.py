@@ -9,7 +9,7 @@ Here they are one definition each; the hosts extend them with what only they cou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -52,17 +52,7 @@ class EngineCounts:
         return hit_rate(self.cached_tokens, self.prompt_tokens)
 
     def as_json(self) -> dict[str, Any]:
-        """The counters under the names (and in the order) the worker state shows them."""
-        return {
-            "steps": self.steps,
-            "busy_s": self.busy_s,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "prefill_tokens": self.prefill_tokens,
-            "decode_tokens": self.decode_tokens,
-            "admitted": self.admitted,
-            "finished": self.finished,
-            "retracted": self.retracted,
-            "aborted": self.aborted,
-            "cache_hit_rate": self.cache_hit_rate,
-        }
+        """The counters under the names (and in the order) the worker state shows them;
+        a subclass's own fields are not among them."""
+        counts = {f.name: getattr(self, f.name) for f in fields(EngineCounts)}
+        return {**counts, "cache_hit_rate": self.cache_hit_rate}

@@ -34,12 +34,11 @@ from fairserve.core.counters import TokenCounts
 from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowView
 from fairserve.core.metrics import percentile
 from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
+from fairserve.sched.base import MAX_CLIENTS
 
 RECENT_REQUESTS = 2048
 """Latency/TTFT samples kept per client for percentiles."""
 RATE_WINDOW_S = 60.0
-DEFAULT_MAX_CLIENTS = 10_000
-"""Clients tracked at once; past it the least recently seen idle one is forgotten."""
 OTHER = "other"
 """The label of the clients beyond ``labels``."""
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 300)
@@ -156,7 +155,7 @@ class Accounting:
         weights: Mapping[str, float],
         w_e: float = 1.0,
         w_q: float = 2.0,
-        max_clients: int = DEFAULT_MAX_CLIENTS,
+        max_clients: int = MAX_CLIENTS,
         labels: int = DEFAULT_METRICS_MAX_CLIENTS,
     ) -> None:
         self.weights = dict(weights)

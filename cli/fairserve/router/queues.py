@@ -10,13 +10,12 @@ weight and Q^u changes reach every queue (this is a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from fairserve.router.config import RouterConfig
 from fairserve.router.fairqueue import DEFAULT_CACHE_TOKENS, FairQueue
 from fairserve.router.settings import FairnessSettings
 from fairserve.router.upstream import Upstream
-from fairserve.sched.local.base import local_policy_class
+from fairserve.sched.local.base import LocalPolicy, local_policy_class
 from fairserve.sched.registry import make_local_policy
 
 ROUTER_JUSTITIA_STEPS_PER_S = 30.0
@@ -24,7 +23,9 @@ ROUTER_JUSTITIA_STEPS_PER_S = 30.0
 (a 7-8B model's decode step on one GPU is some 20-40 ms)."""
 
 
-def build_queue_policy(config: RouterConfig, weights: Mapping[str, float] | None = None) -> Any:
+def build_queue_policy(
+    config: RouterConfig, weights: Mapping[str, float] | None = None
+) -> LocalPolicy:
     """The router-side queue's policy; ``weights``: the live ones (``tune weight``)."""
     params = dict(config.policy_params)
     if config.quantum is not None:
