@@ -13,10 +13,12 @@ No server, no worker: only the reads. Bounded in count and time. Example::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import statistics
 import time
 from collections.abc import Callable
+from types import TracebackType
 
 from fairserve.router.accounting import Usage
 from fairserve.router.config import RouterConfig
@@ -52,6 +54,44 @@ def fill(router: Router, clients: int, requests_per_client: int, seed: int = 0) 
             acc.delivered(client, "w", 10, 1, t)
         else:
             acc.finished(client, "w", 30.0, Usage(10, 2, 5), 0.3, 0.05, t, Usage(10, 0, 1))
+
+
+class LoopHolds:
+    """The longest the event loop's thread ran without coming back to a probe task that
+    yields (``sleep(0)``) at every turn of the loop: the longest one turn took, i.e. how
+    long a request on that loop could have waited for it (issue 18).
+
+    Measured in the loop thread's CPU time, not wall time, so a shared, loaded machine
+    that takes the CPU away from the process does not count as a hold (only work done on
+    the loop does). ``wall_s`` keeps the wall-clock worst beside it for reports."""
+
+    def __init__(self) -> None:
+        self.worst_s = 0.0
+        self.wall_s = 0.0
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopHolds:
+        self._task = asyncio.create_task(self._probe())
+        await asyncio.sleep(0)  # the probe takes its first reading now
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self._stopping = True
+        if self._task is not None:
+            await self._task
+
+    async def _probe(self) -> None:
+        cpu_s, wall_s = time.thread_time(), time.perf_counter()
+        while not self._stopping:
+            await asyncio.sleep(0)
+            now_cpu_s, now_wall_s = time.thread_time(), time.perf_counter()
+            self.worst_s = max(self.worst_s, now_cpu_s - cpu_s)
+            self.wall_s = max(self.wall_s, now_wall_s - wall_s)
+            cpu_s, wall_s = now_cpu_s, now_wall_s
 
 
 def timed(what: Callable[[], object], reads: int) -> tuple[float, float, float]:
