@@ -19,7 +19,7 @@ _fairserve() {
         "fairserve launch --gpus") COMPREPLY=(); return 0 ;;
         "fairserve launch --tp") COMPREPLY=(); return 0 ;;
         "fairserve launch --model") COMPREPLY=(); return 0 ;;
-        "fairserve launch --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve launch --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
         "fairserve launch --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
         "fairserve launch --quantum") COMPREPLY=(); return 0 ;;
         "fairserve launch --worker-quantum") COMPREPLY=(); return 0 ;;
@@ -54,7 +54,7 @@ _fairserve() {
         "fairserve top --window") COMPREPLY=(); return 0 ;;
         "fairserve simulate -w") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "judge justitia-mix long-qa-s1 long-qa-s2 multi-turn-chat tot-s1 tot-s2 vtc-constant vtc-on-off vtc-poisson-short-long vtc-ramp vtc-shift" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve simulate --workload") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "judge justitia-mix long-qa-s1 long-qa-s2 multi-turn-chat tot-s1 tot-s2 vtc-constant vtc-on-off vtc-poisson-short-long vtc-ramp vtc-shift" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
-        "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
         "fairserve simulate --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
         "fairserve simulate --workers") COMPREPLY=(); return 0 ;;
         "fairserve simulate --quantum") COMPREPLY=(); return 0 ;;
@@ -82,7 +82,7 @@ _fairserve() {
         "fairserve router --host") COMPREPLY=(); return 0 ;;
         "fairserve router --port") COMPREPLY=(); return 0 ;;
         "fairserve router --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
-        "fairserve router --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve router --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
         "fairserve router --quantum") COMPREPLY=(); return 0 ;;
         "fairserve router --worker-quantum") COMPREPLY=(); return 0 ;;
         "fairserve router --clients") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -f -- "$cur") ); return 0 ;;
@@ -126,7 +126,7 @@ _fairserve() {
         "fairserve tune quantum --workload") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "judge justitia-mix long-qa-s1 long-qa-s2 multi-turn-chat tot-s1 tot-s2 vtc-constant vtc-on-off vtc-poisson-short-long vtc-ramp vtc-shift" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve tune quantum --grid") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --worker-grid") COMPREPLY=(); return 0 ;;
-        "fairserve tune quantum --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia" -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
         "fairserve tune quantum --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
         "fairserve tune quantum --workers") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;

@@ -8,7 +8,7 @@ from typing import Any
 from fairserve.sched.registry import describe_all
 from tests.cli.conftest import RunCli
 
-LOCAL = {"fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia"}
+LOCAL = {"fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia", "preble"}
 DISPATCH = {"round-robin", "least-load", "cache-aware", "client-rr", "doubleq"}
 
 

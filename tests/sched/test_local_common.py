@@ -29,6 +29,9 @@ POLICIES: dict[str, dict[str, Any]] = {
     "dlpm": {"fill_patience": 10**9},
     "rpm": {"limit_per_min": 100_000},
     "justitia": {"memory_patience": 10**9},  # the paper's vLLM admission waits (0)
+    # Preble admits from one priority group per step; filling from the others is the
+    # strict setting (its no-starvation bound: test_local_preble)
+    "preble": {"fill_other_groups": True},
 }
 WITH_QUANTUM = {"dlpm"}
 

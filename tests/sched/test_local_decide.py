@@ -32,6 +32,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "dlpm-strict": {"quantum": 60.0, "work_conserving": False},
     "rpm": {"limit_per_min": 100_000},
     "justitia": {},
+    "preble": {"group_quota": 1},
+    "preble-fill": {"group_quota": 1, "fill_other_groups": True},
 }
 
 

@@ -11,7 +11,7 @@ from fairserve.core.errors import ConfigError, UnknownNameError
 from fairserve.sched import registry
 from fairserve.sched.params import Param, resolve_params
 
-LOCAL = {"fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia"}
+LOCAL = {"fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia", "preble"}
 DISPATCH = {"round-robin", "least-load", "cache-aware", "client-rr", "doubleq"}
 
 

@@ -29,7 +29,16 @@ def test_every_registering_module_is_imported_by_the_registry() -> None:
 
 
 def test_canonical_order_follows_the_module_list() -> None:
-    assert registry.local_policies() == ["fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia"]
+    assert registry.local_policies() == [
+        "fcfs",
+        "lpm",
+        "vtc",
+        "lcf",
+        "dlpm",
+        "rpm",
+        "justitia",
+        "preble",
+    ]
     assert registry.dispatchers() == [
         "round-robin",
         "least-load",

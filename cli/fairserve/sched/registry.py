@@ -21,7 +21,7 @@ from fairserve.sched.dispatch import (
     round_robin,
 )
 from fairserve.sched.dispatch.base import Dispatcher, dispatcher_class, dispatcher_names
-from fairserve.sched.local import dlpm, fcfs, justitia, lpm, rpm, vtc
+from fairserve.sched.local import dlpm, fcfs, justitia, lpm, preble, rpm, vtc
 from fairserve.sched.local.base import LocalPolicy, local_policy_class, local_policy_names
 from fairserve.sched.params import Param
 
@@ -64,7 +64,7 @@ class Registry(Generic[T]):
 
 LOCAL_POLICIES: Registry[LocalPolicy] = Registry(
     "policy",
-    (fcfs, lpm, vtc, dlpm, rpm, justitia),
+    (fcfs, lpm, vtc, dlpm, rpm, justitia, preble),
     local_policy_class,
     local_policy_names,
 )
