@@ -29,10 +29,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, TypeVar
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.ledger_window import ClientHistory as _ClientHistory
@@ -50,6 +50,10 @@ the longest-active client, when the window is younger than that)."""
 GAP_MAX_CLIENTS = 64
 """The pairwise gap is computed over at most this many backlogged clients (the most and the
 least served in the window), so one read stays a few milliseconds whatever the fleet."""
+SETTLE_NAMES = 256
+"""Clients one :meth:`ServiceLedger.settle` call recomputes or judges (~2 ms at most)."""
+EXTREMES_SLICE = 2048
+"""(rate, name) pairs ranked per step of the gap's client choice (~1 ms each)."""
 WINDOW_CACHES = 4
 """Window lengths whose figures are kept across reads (:mod:`~fairserve.core.ledger_window`);
 a read of another length drops the least recently read one."""
@@ -84,6 +88,93 @@ class WindowView:
             "service_gap_considered": self.gap_clients,
             "unit": SERVICE_UNIT,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class WindowParts:
+    """What one window view is computed from, copied out of the ledger at one instant: no
+    part of it is shared with the ledger, so it may be turned into the view later (in
+    slices, on a busy event loop) and still describe that instant."""
+
+    window_s: float
+    now_s: float
+    weighted: bool
+    rates: dict[str, float]
+    judged_start_s: float
+    backlogged: frozenset[str]
+    """Clients backlogged at some sample inside the window."""
+    samples: tuple[ServiceSample, ...]
+    """The samples inside the window."""
+    weights: dict[str, float]
+    """The weights of the backlogged clients."""
+    view: WindowView | None = None
+    """The view itself, when it was computed at once (a read of the past)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsCopy:
+    """Every client's weight as :meth:`ServiceLedger.weights_copy` found it, and the window
+    cache whose dirty clients say which changed since."""
+
+    cache: WindowCache
+    weights: dict[str, float]
+
+
+T = TypeVar("T")
+Steps = Generator[None, None, T]
+"""A computation in steps: it yields where a host may let other work run, then returns."""
+
+
+def finish(steps: Steps[T]) -> T:
+    """Run ``steps`` to the end at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def view_steps(parts: WindowParts) -> Steps[WindowView]:
+    """The window view of ``parts``: Jain's index over the judged rates and the pairwise
+    gap over the most and least served backlogged clients, in steps of about a millisecond
+    or two each (10,000 clients)."""
+    if parts.view is not None:
+        return parts.view
+    rates = parts.rates
+    start_s = parts.now_s - parts.window_s
+    jain = jain_index(sorted(rates.values()))  # one order whatever the dict's
+    yield
+    keep = yield from _extremes(parts.backlogged, rates, GAP_MAX_CLIENTS)
+    yield
+    if len(keep) < 2:
+        gap = ServiceGap(0.0)
+    else:
+        weights = parts.weights
+        trimmed = [
+            ServiceSample(
+                s.t_s,
+                {c: s.cumulative[c] / weights[c] for c in keep
+                 if c in s.cumulative and c in weights},
+                s.backlogged & keep,
+            )
+            for s in parts.samples
+        ]  # fmt: skip
+        gap = max_service_gap(trimmed)
+    return WindowView(
+        window_s=parts.window_s,
+        start_s=max(start_s, parts.judged_start_s),
+        end_s=parts.now_s,
+        jain_index=jain,
+        weighted=parts.weighted,
+        rates=rates,
+        service_gap=gap,
+        gap_clients=len(keep),
+    )
+
+
+def _check_window(window_s: float, max_window_s: float) -> None:
+    if not (0 < window_s <= max_window_s):
+        raise ConfigError(f"window_s must be within (0, {max_window_s:g}], got {window_s}")
 
 
 class ServiceLedger:
@@ -197,23 +288,68 @@ class ServiceLedger:
         Weighted reads are kept up to date across reads (:mod:`~fairserve.core.ledger_window`):
         a read recomputes only the clients whose figures may have changed since the last one,
         with answers equal to :meth:`window_full`'s."""
-        if not (0 < window_s <= self.max_window_s):
-            raise ConfigError(f"window_s must be within (0, {self.max_window_s:g}], got {window_s}")
+        return finish(view_steps(self.window_parts(window_s, now_s, weighted)))
+
+    def settle(self, window_s: float, now_s: float, names: int = SETTLE_NAMES) -> int:
+        """Do up to ``names`` clients' worth of the next weighted read of ``window_s``
+        (what changed since the last one); returns how many remain. A host calls it
+        between turns of its event loop until 0, so the read itself stays short."""
+        _check_window(window_s, self.max_window_s)
+        if self.samples and now_s < self.samples[-1].t_s:
+            return 0  # such a read is computed in full (see window)
+        return self._cache(window_s).settle(self.clients, now_s, MIN_ACTIVE_S, names)
+
+    def window_parts(
+        self, window_s: float, now_s: float, weighted: bool = True,
+        weights: WeightsCopy | None = None,
+    ) -> WindowParts:  # fmt: skip
+        """What :meth:`window` computes its view from, copied now (the incremental part of
+        the read happens here): :func:`view_steps` turns it into the view without reading
+        the ledger again, so a host may do that later, in slices, while the ledger moves.
+        ``weights`` (:meth:`weights_copy`, taken a turn of the host's loop before) spares
+        copying every client's weight here: only those of the clients touched since are
+        read again."""
+        _check_window(window_s, self.max_window_s)
         if not weighted or (self.samples and now_s < self.samples[-1].t_s):
             # A read before the last sample may reach history pruned since (a host reads
             # at the present): computed from what is left, as before.
-            return self.window_full(window_s, now_s, weighted)
+            view = self.window_full(window_s, now_s, weighted)
+            return WindowParts(window_s, now_s, weighted, {}, now_s, frozenset(), (), {}, view)
         cache = self._cache(window_s)
+        if weights is not None and weights.cache is cache:
+            copied = weights.weights
+            for name in cache.dirty:  # every client added, forgotten or re-weighted since
+                history = self.clients.get(name)
+                if history is None:
+                    copied.pop(name, None)
+                else:
+                    copied[name] = history.weight
+        else:
+            copied = {name: history.weight for name, history in self.clients.items()}
         figures = cache.read(self.clients, self.samples, now_s, MIN_ACTIVE_S)
         start_s = now_s - window_s
         judged_start = start_s if figures.judged_start_s is None else figures.judged_start_s
-        return self._view(window_s, now_s, True, figures.rates, judged_start, figures.backlogged)
+        return WindowParts(
+            window_s, now_s, True, figures.rates, judged_start, frozenset(figures.backlogged),
+            tuple(s for s in self.samples if s.t_s >= start_s), copied,
+        )  # fmt: skip
+
+    def weights_copy(self, window_s: float) -> WeightsCopy:
+        """Every client's weight now, for the next :meth:`window_parts` of ``window_s``:
+        any client changed after this is marked dirty in that window's cache, and that
+        read looks those up again (none of its clients settled in between)."""
+        cache = self._cache(window_s)
+        return WeightsCopy(cache, {name: h.weight for name, h in self.clients.items()})
+
+    def _weights(self, names: frozenset[str]) -> dict[str, float]:
+        """The weights of those of ``names`` still tracked."""
+        clients = self.clients
+        return {name: clients[name].weight for name in names if name in clients}
 
     def window_full(self, window_s: float, now_s: float, weighted: bool = True) -> WindowView:
         """The window computed from scratch over every client (what :meth:`window` keeps
         up to date; the tests compare the two)."""
-        if not (0 < window_s <= self.max_window_s):
-            raise ConfigError(f"window_s must be within (0, {self.max_window_s:g}], got {window_s}")
+        _check_window(window_s, self.max_window_s)
         start_s = now_s - window_s
         spans = {n: span for n, h in self.clients.items() if (span := _span(h, start_s, now_s))}
         longest_s = max((end - begin for begin, end in spans.values()), default=0.0)
@@ -227,7 +363,13 @@ class ServiceLedger:
             delta = history.cumulative - _value_at(history.points, start_s)
             rates[name] = max(0.0, delta) / span_s / (history.weight if weighted else 1.0)
         judged_start = min((spans[n][0] for n in rates), default=start_s)
-        return self._view(window_s, now_s, weighted, rates, judged_start, None)
+        inside = tuple(s for s in self.samples if s.t_s >= start_s)
+        backlogged = frozenset().union(*(s.backlogged for s in inside))
+        parts = WindowParts(
+            window_s, now_s, weighted, rates, judged_start, backlogged, inside,
+            self._weights(backlogged),
+        )  # fmt: skip
+        return finish(view_steps(parts))
 
     def _drop_caches(self) -> None:
         """Forget the kept figures (the next read computes them afresh)."""
@@ -248,46 +390,6 @@ class ServiceLedger:
                 each.dirty |= self._touched
             self._touched = set()
         return cache
-
-    def _view(
-        self, window_s: float, now_s: float, weighted: bool, rates: dict[str, float],
-        judged_start: float, backlogged: Iterable[str] | None,
-    ) -> WindowView:  # fmt: skip
-        start_s = now_s - window_s
-        gap, gap_clients = self._gap(start_s, rates, backlogged)
-        return WindowView(
-            window_s=window_s,
-            start_s=max(start_s, judged_start),
-            end_s=now_s,
-            jain_index=jain_index(sorted(rates.values())),  # one order whatever the dict's
-            weighted=weighted,
-            rates=rates,
-            service_gap=gap,
-            gap_clients=gap_clients,
-        )
-
-    def _gap(
-        self, start_s: float, rates: Mapping[str, float], backlogged: Iterable[str] | None
-    ) -> tuple[ServiceGap, int]:
-        """The pairwise gap over the most and least served backlogged clients; each
-        sample's cumulatives are looked up for those only, not walked whole."""
-        inside = [s for s in self.samples if s.t_s >= start_s]
-        if backlogged is None:
-            backlogged = set().union(*(s.backlogged for s in inside)) if inside else set()
-        keep = _extremes(backlogged, rates, GAP_MAX_CLIENTS)
-        if len(keep) < 2:
-            return ServiceGap(0.0), len(keep)
-        clients = self.clients
-        trimmed = [
-            ServiceSample(
-                s.t_s,
-                {c: s.cumulative[c] / clients[c].weight for c in keep
-                 if c in s.cumulative and c in clients},
-                s.backlogged & keep,
-            )
-            for s in inside
-        ]  # fmt: skip
-        return max_service_gap(trimmed), len(keep)
 
     def _prune(self, horizon_s: float) -> None:
         while self.samples and self.samples[0].t_s < horizon_s:
@@ -331,13 +433,23 @@ def _span(history: _ClientHistory, start_s: float, now_s: float) -> tuple[float,
     return min(begins), max(ends)
 
 
-def _extremes(names: Iterable[str], rates: Mapping[str, float], limit: int) -> frozenset[str]:
+def _extremes(
+    names: frozenset[str], rates: Mapping[str, float], limit: int
+) -> Steps[frozenset[str]]:
     """At most ``limit`` of ``names``: the most and the least served (by window rate, then
-    name), picked from (rate, name) pairs built and compared in C, not by a key function."""
-    names = frozenset(names)
+    name), picked from (rate, name) pairs built and compared in C, not by a key function,
+    ``EXTREMES_SLICE`` pairs per step (the k smallest of a union are the k smallest of
+    one part's k smallest and the other part: the same answer as in one go)."""
     if len(names) <= limit:
         return names
     half = limit // 2
-    ranked = list(zip(map(rates.get, names, repeat(0.0)), names, strict=True))
-    ends = heapq.nsmallest(half, ranked) + heapq.nlargest(limit - half, ranked)
-    return frozenset(name for _, name in ends)
+    listed = list(names)
+    least: list[tuple[float, str]] = []
+    most: list[tuple[float, str]] = []
+    for at in range(0, len(listed), EXTREMES_SLICE):
+        yield
+        some = listed[at : at + EXTREMES_SLICE]
+        part = list(zip(map(rates.get, some, repeat(0.0)), some, strict=True))
+        least = heapq.nsmallest(half, least + part)
+        most = heapq.nlargest(limit - half, most + part)
+    return frozenset(name for _, name in least + most)

@@ -21,6 +21,7 @@ Pure: standard library only.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -136,6 +137,39 @@ class WindowCache:
         self.begins: dict[str, float] = {}
         self.counted: deque[ServiceSample] = deque()
         self.backlogged: dict[str, int] = {}
+        self.unjudged: set[str] = set()
+        """Clients recomputed by :meth:`settle` whose rate the next read must judge."""
+
+    def settle(
+        self, clients: Mapping[str, ClientHistory], now_s: float, needed: float, names: int
+    ) -> int:
+        """Do up to ``names`` clients' worth of what the next read would do (recompute the
+        clients changed since the last read, then judge them); returns how many remain.
+
+        A host calls it in slices before a read, yielding between them, so that even after
+        many changes (or for a new window length) the read itself has little left to do:
+        an entry computed now holds for later reads exactly as one computed by a read does
+        (the clients changed since are marked dirty again, expiries are in the heap)."""
+        if self.reset or now_s < self.last_now_s:
+            self._clear()
+            self.dirty = set(clients)
+        self.last_now_s = now_s
+        if self.dirty:
+            batch = set(itertools.islice(self.dirty, names))
+            self.dirty -= batch
+            changed = self._recompute(batch, clients, now_s - self.window_s, now_s, {})
+            self.unjudged |= changed
+            return len(self.dirty) + len(self.unjudged)
+        if self.needed_s is None:
+            if max(self.lengths.values(), default=0.0) / 2 < needed:
+                return 0  # the read decides who is judged (the history is still short)
+            self.needed_s, self.rates, self.begins = needed, {}, {}
+            self.unjudged = set(self.entries)
+        batch = set(itertools.islice(self.unjudged, names))
+        self.unjudged -= batch
+        for name in batch:
+            self._judge(name, self.entries.get(name), clients, self.rates, self.begins)
+        return len(self.unjudged)
 
     def read(
         self, clients: Mapping[str, ClientHistory], samples: deque[ServiceSample], now_s: float,
@@ -155,7 +189,8 @@ class WindowCache:
             if self.until.get(name) == until:
                 todo.add(name)
         flux: dict[str, Entry] = {}
-        changed = self._recompute(todo, clients, start_s, now_s, flux)
+        changed = self._recompute(todo, clients, start_s, now_s, flux) | self.unjudged
+        self.unjudged = set()
         for name, (begin_s, end_s, delta) in self.moving.items():
             flux[name] = (start_s if begin_s is None else begin_s,
                           now_s if end_s is None else end_s, delta)  # fmt: skip
@@ -184,6 +219,7 @@ class WindowCache:
         self.expiry, self.until = [], {}
         self.needed_s, self.rates, self.begins = None, {}, {}
         self.counted, self.backlogged = deque(), {}
+        self.unjudged = set()
 
     def _recompute(
         self, todo: set[str], clients: Mapping[str, ClientHistory], start_s: float,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fairserve.core.counters import TokenCounts
-from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowView
+from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowParts, WindowView
 from fairserve.core.metrics import percentile
 from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
 from fairserve.sched.base import MAX_CLIENTS
@@ -59,6 +59,11 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value_s)] += 1
         self.total_s += value_s
 
+    def copy(self) -> Histogram:
+        twin = Histogram(self.bounds)
+        twin.counts, twin.total_s = list(self.counts), self.total_s
+        return twin
+
 
 class Totals:
     """The cumulative counts of one Prometheus label: requests by outcome, and of the
@@ -77,6 +82,15 @@ class Totals:
 
     def ended(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def copy(self) -> Totals:
+        """These totals as they are now (a scrape renders the copy while counting goes on)."""
+        twin = Totals()
+        twin.outcomes = dict(self.outcomes)
+        twin.service, twin.prompt = self.service, self.prompt
+        twin.cached, twin.completion = self.cached, self.completion
+        twin.latency, twin.ttft = self.latency.copy(), self.ttft.copy()
+        return twin
 
     def answered(
         self, service: float, usage: Usage, latency_s: float, ttft_s: float | None
@@ -373,6 +387,10 @@ class Accounting:
     def window(self, now_s: float, window_s: float = DEFAULT_WINDOW_S) -> WindowView:
         return self.ledger.window(window_s, now_s)
 
+    def window_parts(self, now_s: float, window_s: float = DEFAULT_WINDOW_S) -> WindowParts:
+        """What :meth:`window` is computed from, copied now (``ledger.view_steps``)."""
+        return self.ledger.window_parts(window_s, now_s)
+
     def jain_index(
         self, now_s: float, window_s: float = DEFAULT_WINDOW_S
     ) -> tuple[float, tuple[float, float] | None]:
@@ -385,11 +403,17 @@ class Accounting:
 
     # ------------------------------------------------------------------ views
     def client_view(self, name: str, now_s: float) -> dict[str, Any]:
+        return client_figures(self.client_copy(name, now_s))
+
+    def client_copy(self, name: str, now_s: float) -> ClientCopy:
+        """``name``'s figures at ``now_s`` and copies of its recent latencies: everything of
+        its view but the percentiles (sorting up to ``RECENT_REQUESTS`` values twice), which
+        :func:`client_figures` computes from the copy later, without the live client."""
         s = self.clients[name]
         while s.recent and s.recent[0][0] < now_s - RATE_WINDOW_S:
             s.recent.popleft()
         span_s = min(RATE_WINDOW_S, max(1.0, now_s - (s.first_s or now_s)))
-        return {
+        figures = {
             "weight": s.weight,
             "requests": s.requests,
             "finished": s.finished,
@@ -407,9 +431,25 @@ class Accounting:
             "service_rate": sum(r[1] for r in s.recent) / span_s,
             "requests_per_s": sum(r[3] for r in s.recent) / span_s,
             "tokens_per_s": sum(r[2] for r in s.recent) / span_s,
-            **_percentiles("latency", s.latencies_s),
-            **_percentiles("ttft", s.ttfts_s),
         }
+        return ClientCopy(figures, list(s.latencies_s), list(s.ttfts_s))
+
+
+class ClientCopy(NamedTuple):
+    """One client's figures copied at one instant (:meth:`Accounting.client_copy`)."""
+
+    figures: dict[str, Any]
+    latencies_s: list[float]
+    ttfts_s: list[float]
+
+
+def client_figures(copy: ClientCopy) -> dict[str, Any]:
+    """The client's view: its figures and its latency and TTFT percentiles."""
+    return {
+        **copy.figures,
+        **_percentiles("latency", copy.latencies_s),
+        **_percentiles("ttft", copy.ttfts_s),
+    }
 
 
 def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:

@@ -45,9 +45,10 @@ from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
 from fairserve.router.state import (
     DEFAULT_CLIENT_LIMIT,
+    in_turns,
     json_safe,
     quantum_view,
-    snapshot,
+    read,
     weights_view,
 )
 
@@ -236,7 +237,7 @@ async def state(request: web.Request) -> web.Response:
     """``?window_s=`` (fairness window, default 60) and ``?limit=`` (clients listed)."""
     window_s = _query_number(request, "window_s", DEFAULT_WINDOW_S, 0.0, MAX_WINDOW_S)
     limit = int(_query_number(request, "limit", DEFAULT_CLIENT_LIMIT, 0.0, 100_000.0))
-    return json_response(snapshot(request.app[ROUTER], request.app[URL][0], window_s, limit))
+    return json_response(await read(request.app[ROUTER], request.app[URL][0], window_s, limit))
 
 
 def _query_number(
@@ -256,8 +257,10 @@ def _query_number(
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """The Prometheus text, built in turns of the event loop like the state (issue 18)."""
     router = request.app[ROUTER]
-    body = router.metrics.render(json_safe(snapshot(router)))
+    state = json_safe(await read(router))
+    body = await in_turns(router.metrics.render_steps(state))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

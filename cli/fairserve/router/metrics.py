@@ -21,7 +21,7 @@ counters must. The state endpoint still shows every client by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -33,12 +33,19 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from fairserve.core.ledger import Steps, finish
 from fairserve.router.accounting import OTHER as OTHER
-from fairserve.router.accounting import Accounting, Histogram
+from fairserve.router.accounting import Accounting, Histogram, Totals
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 PREFIX = "fairserve_router_"
+COPY_SLICE = 100
+"""Labels whose totals are copied per step of a scrape."""
+BUILD_SLICE = 20
+"""Labels whose totals are built into metric families per step of a scrape (~1 ms)."""
+SAMPLE_SLICE = 250
+"""Sample lines prometheus-client writes per step of a scrape (~1.5 ms)."""
 
 
 class RouterMetrics:
@@ -79,7 +86,31 @@ class RouterMetrics:
 
     # ------------------------------------------------------------------ scrape
     def render(self, state: Mapping[str, Any]) -> bytes:
-        """Refresh the gauges from a state snapshot, then the text exposition."""
+        """Refresh the gauges from a state snapshot, then the text exposition (at once: a
+        caller on the router's event loop runs :meth:`render_steps` in turns)."""
+        return finish(self.render_steps(state))
+
+    def render_steps(self, state: Mapping[str, Any]) -> Steps[bytes]:
+        """:meth:`render` in steps of a millisecond or two (issue 18): the gauges are set
+        and copied at once, the label totals copied ``COPY_SLICE`` labels per step (each
+        label's own counts at one instant, so every series stays monotonic and every
+        histogram whole), then prometheus-client writes the families from the copies,
+        ``SAMPLE_SLICE`` samples per step. The text is :func:`generate_latest`'s of the
+        registry, byte for byte (``tests/router/test_read_stalls.py``)."""
+        self._set_gauges(state)
+        gauges = [metric for gauge in self._gauges() for metric in gauge.collect()]
+        rows = self.accounting.labelled()
+        copies: list[tuple[str, Totals]] = []
+        for at in range(0, len(rows), COPY_SLICE):
+            yield
+            copies += [(label, totals.copy()) for label, totals in rows[at : at + COPY_SLICE]]
+        families = yield from _client_families(copies)
+        out: list[bytes] = []
+        for metric in [*families, *gauges]:
+            yield from _write(metric, out)
+        return b"".join(out)
+
+    def _set_gauges(self, state: Mapping[str, Any]) -> None:
         depth: dict[str, float] = {}
         for name, view in state["clients"].items():
             label = self.label(name)
@@ -98,7 +129,35 @@ class RouterMetrics:
             self.healthy.labels(url).set(1 if view["healthy"] else 0)
             self.cache_hit_rate.labels(url).set(view["cache_hit_rate"])
         self.jain.set(state["jain_index"])
-        return generate_latest(self.registry)
+
+    def _gauges(self) -> list[Gauge]:
+        """The gauges in the registry's order (the order they were made)."""
+        return [self.queue_depth, self.deficit, self.outstanding, self.waiting, self.healthy,
+                self.cache_hit_rate, self.jain]  # fmt: skip
+
+
+class _Metrics(Collector):
+    """Metric families already built, for :func:`generate_latest` to write."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics
+
+
+def _write(metric: Metric, out: list[bytes]) -> Steps[None]:
+    """Append ``metric``'s exposition text to ``out``, ``SAMPLE_SLICE`` samples per step:
+    each slice is written by prometheus-client as a family of its own, and the HELP and
+    TYPE lines of every slice but the first are left out (one sample is one line, so the
+    slices add up to the family's text)."""
+    samples = metric.samples
+    for at in range(0, max(1, len(samples)), SAMPLE_SLICE):
+        yield
+        part = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+        part.samples = samples[at : at + SAMPLE_SLICE]
+        text = generate_latest(_Metrics([part]))
+        out.append(text if at == 0 else text.split(b"\n", 2)[2])
 
 
 class _ClientCollector(Collector):
@@ -108,35 +167,42 @@ class _ClientCollector(Collector):
         self.accounting = accounting
 
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
-            PREFIX + "requests", "Requests ended, by outcome.", labels=["client", "outcome"]
-        )
-        service = CounterMetricFamily(
-            PREFIX + "client_service", "Service w_e*prompt + w_q*output.", labels=["client"]
-        )
-        tokens = CounterMetricFamily(
-            PREFIX + "client_tokens", "Tokens by kind.", labels=["client", "kind"]
-        )
-        latency = HistogramMetricFamily(
-            PREFIX + "request_latency_seconds",
-            "End-to-end latency seen by the router.",
-            labels=["client"],
-        )
-        ttft = HistogramMetricFamily(
-            PREFIX + "time_to_first_token_seconds",
-            "Time to the first output token (streams) or the answer (non-streamed).",
-            labels=["client"],
-        )
-        for label, t in self.accounting.labelled():
-            for outcome, count in t.outcomes.items():
-                requests.add_metric([label, outcome], count)
-            service.add_metric([label], t.service)
-            for kind, count in (("prompt", t.prompt), ("cached", t.cached),
-                                ("completion", t.completion)):  # fmt: skip
-                tokens.add_metric([label, kind], count)
-            latency.add_metric([label], _buckets(t.latency), t.latency.total_s)
-            ttft.add_metric([label], _buckets(t.ttft), t.ttft.total_s)
-        yield from (requests, service, tokens, latency, ttft)
+        yield from finish(_client_families(self.accounting.labelled()))
+
+
+def _client_families(rows: list[tuple[str, Totals]]) -> Steps[list[Metric]]:
+    """The label totals ``rows`` as metric families, ``BUILD_SLICE`` labels per step."""
+    requests = CounterMetricFamily(
+        PREFIX + "requests", "Requests ended, by outcome.", labels=["client", "outcome"]
+    )
+    service = CounterMetricFamily(
+        PREFIX + "client_service", "Service w_e*prompt + w_q*output.", labels=["client"]
+    )
+    tokens = CounterMetricFamily(
+        PREFIX + "client_tokens", "Tokens by kind.", labels=["client", "kind"]
+    )
+    latency = HistogramMetricFamily(
+        PREFIX + "request_latency_seconds",
+        "End-to-end latency seen by the router.",
+        labels=["client"],
+    )
+    ttft = HistogramMetricFamily(
+        PREFIX + "time_to_first_token_seconds",
+        "Time to the first output token (streams) or the answer (non-streamed).",
+        labels=["client"],
+    )
+    for at, (label, t) in enumerate(rows):
+        if at and at % BUILD_SLICE == 0:
+            yield
+        for outcome, count in t.outcomes.items():
+            requests.add_metric([label, outcome], count)
+        service.add_metric([label], t.service)
+        for kind, count in (("prompt", t.prompt), ("cached", t.cached),
+                            ("completion", t.completion)):  # fmt: skip
+            tokens.add_metric([label, kind], count)
+        latency.add_metric([label], _buckets(t.latency), t.latency.total_s)
+        ttft.add_metric([label], _buckets(t.ttft), t.ttft.total_s)
+    return [requests, service, tokens, latency, ttft]
 
 
 @cache

@@ -13,25 +13,42 @@ queue), and the raw ``dispatcher`` snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import time
+from itertools import chain
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import fairserve
 from fairserve.api.jsonsafe import json_safe as json_safe  # the one rule; handlers import it here
-from fairserve.core.ledger import DEFAULT_WINDOW_S, SERVICE_UNIT, WindowView
+from fairserve.core.ledger import (
+    DEFAULT_WINDOW_S,
+    SERVICE_UNIT,
+    Steps,
+    WindowView,
+    finish,
+    view_steps,
+)
+from fairserve.router.accounting import ClientStats, client_figures
 from fairserve.router.identity import auth_mode
 from fairserve.router.upstream import Upstream
 
 if TYPE_CHECKING:
     from fairserve.router.service import Router
 
+T = TypeVar("T")
 
 _IN_FLIGHT = attrgetter("in_flight")
 _SERVICE = attrgetter("service")
 DEFAULT_CLIENT_LIMIT = 100
 """Clients listed in one state read (the busiest first); ``limit`` asks for more or fewer."""
+RANK_SLICE = 2048
+"""Clients ranked per step when choosing which to list."""
+VIEWS_SLICE = 25
+"""Listed clients whose percentiles are computed per step."""
+SETTLE_STEPS = 200
+"""At most this many ``ledger.settle`` steps before a read (then it reads regardless)."""
 
 
 def snapshot(
@@ -41,21 +58,108 @@ def snapshot(
     limit: int = DEFAULT_CLIENT_LIMIT,
 ) -> dict[str, Any]:
     """The state document; fairness over the last ``window_s`` seconds, at most ``limit``
-    clients (those with requests inside the router first, then by service)."""
-    now = time.monotonic()
+    clients (those with requests inside the router first, then by service). At once: a
+    caller on the router's event loop uses :func:`read`."""
+    return finish(snapshot_steps(router, url, window_s, limit))
+
+
+async def read(
+    router: Router,
+    url: str | None = None,
+    window_s: float = DEFAULT_WINDOW_S,
+    limit: int = DEFAULT_CLIENT_LIMIT,
+) -> dict[str, Any]:
+    """:func:`snapshot` on the router's event loop, never holding it more than a step (a
+    millisecond or two with 10,000 clients, issue 18): requests keep flowing meanwhile."""
+    return await in_turns(snapshot_steps(router, url, window_s, limit))
+
+
+async def in_turns(steps: Steps[T]) -> T:
+    """Run ``steps``, letting the event loop run other work between two of them."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
+
+
+def snapshot_steps(
+    router: Router, url: str | None, window_s: float, limit: int
+) -> Steps[dict[str, Any]]:
+    """The state document in steps. Every figure in it is read at one instant, in one step
+    that only copies (the window's incremental read, the listed clients' counters and
+    recent latencies, the workers); what is costly with many clients works on copies in
+    the steps around it: ranking the clients to list (on their counters copied first, so
+    the list is the busiest as the read began), bringing the window's figures up to date
+    (``ledger.settle``, so that instant has little left to do), Jain's index and the
+    gap, percentiles."""
     acc = router.accounting
-    stats = acc.clients.values()  # ranked on (in_flight, service, name) tuples built in C
-    ranked = zip(map(_IN_FLIGHT, stats), map(_SERVICE, stats), acc.clients, strict=True)
-    shown = [name for _, _, name in heapq.nlargest(limit, ranked)]
-    dispatch = router.dispatcher.snapshot(shown)  # only the clients shown: not 10,000
+    shown = yield from _busiest(list(acc.clients), list(acc.clients.values()), limit)
+    for _ in range(SETTLE_STEPS):
+        yield
+        if not acc.clients or not acc.ledger.settle(window_s, time.monotonic()):
+            break
+    yield
+    weights = acc.ledger.weights_copy(window_s)
+    yield
+    # ---- the instant: copies only
+    now = time.monotonic()
+    parts = acc.ledger.window_parts(window_s, now, weights=weights) if acc.clients else None
+    copies = {name: acc.client_copy(name, now) for name in sorted(shown) if name in acc.clients}
+    dispatch = router.dispatcher.snapshot(list(copies))  # only the clients shown: not 10,000
+    head = _head(router, url, now)
+    workers = [_worker(router, up, dispatch) for up in router.upstreams.values()]
+    clients_total, max_request_cost = len(acc.clients), router.max_request_cost
+    # ---- the rest from the copies
+    view = None
+    if parts is not None:
+        yield
+        view = yield from view_steps(parts)
     deficits = {
         name: view.get("deficits", {}) for name, view in dispatch.get("clients", {}).items()
     }
     clients = {}
-    for name in sorted(shown):
-        clients[name] = {**acc.client_view(name, now), "deficits": deficits.get(name, {})}
-    view = acc.window(now, window_s) if acc.clients else None
+    for at, (name, copy) in enumerate(copies.items()):
+        if at % VIEWS_SLICE == 0:
+            yield
+        clients[name] = {**client_figures(copy), "deficits": deficits.get(name, {})}
     window = None if view is None else (view.start_s, view.end_s)
+    return {
+        **head,
+        "fairness": _fairness(view, window_s),
+        "jain_index": 1.0 if view is None else view.jain_index,
+        "jain_window_s": None if window is None else [window[0] - router.started_s,
+                                                      window[1] - router.started_s],
+        "max_service_gap": 0.0 if view is None else view.service_gap.value,
+        "max_request_cost": max_request_cost,
+        "throughput": _throughput(clients),
+        "clients_total": clients_total,
+        "clients_shown": len(clients),
+        "clients": clients,
+        "workers": workers,
+        "dispatcher": dispatch,
+    }  # fmt: skip
+
+
+def _busiest(names: list[str], stats: list[ClientStats], limit: int) -> Steps[list[str]]:
+    """The ``limit`` clients with the most requests inside the router, then the most
+    service (then the greatest name), ranked on (in_flight, service, name) tuples built
+    and compared in C, ``RANK_SLICE`` clients per step (the largest of a union are the
+    largest of one part's largest and the other part: the same answer as in one go).
+    The clients are those tracked as the read began, their counters as each step reads
+    them."""
+    best: list[tuple[int, float, str]] = []
+    for at in range(0, len(names), RANK_SLICE):
+        yield
+        end = at + RANK_SLICE
+        some = stats[at:end]
+        part = zip(map(_IN_FLIGHT, some), map(_SERVICE, some), names[at:end], strict=True)
+        best = heapq.nlargest(limit, chain(best, part))
+    return [name for _, _, name in best]
+
+
+def _head(router: Router, url: str | None, now: float) -> dict[str, Any]:
     return {
         "router": {
             "url": url,
@@ -71,19 +175,7 @@ def snapshot(
             "slots": router.slots.view(),
         },
         "quantum": quantum_view(router),
-        "fairness": _fairness(view, window_s),
-        "jain_index": 1.0 if view is None else view.jain_index,
-        "jain_window_s": None if window is None else [window[0] - router.started_s,
-                                                      window[1] - router.started_s],
-        "max_service_gap": 0.0 if view is None else view.service_gap.value,
-        "max_request_cost": router.max_request_cost,
-        "throughput": _throughput(clients),
-        "clients_total": len(acc.clients),
-        "clients_shown": len(clients),
-        "clients": clients,
-        "workers": [_worker(router, up, dispatch) for up in router.upstreams.values()],
-        "dispatcher": dispatch,
-    }  # fmt: skip
+    }
 
 
 def _fairness(view: WindowView | None, window_s: float) -> dict[str, Any]:
