@@ -4,7 +4,9 @@ Issue 18: no single read may block the router's event loop for more than a few m
 fills a real :class:`~fairserve.router.service.Router`'s accounting with ``--clients``
 clients over a minute of history (arrivals, streamed credit, finishes, the periodic
 samples), then times ``snapshot`` (what ``GET /fairserve/v1/state`` serves) and the
-``/metrics`` text, ``--reads`` times each, and prints the median and the worst in ms.
+``/metrics`` text, ``--reads`` times each, and prints the median and the worst in ms; then
+runs them as the router's handlers do, in turns of an event loop, and prints the largest
+single hold of that loop (:class:`LoopHolds`), the first (cold) read's apart.
 No server, no worker: only the reads. Bounded in count and time. Example::
 
     python -m tests.perf.bench_state --clients 10000
@@ -14,16 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from fairserve.router.accounting import Usage
 from fairserve.router.config import RouterConfig
 from fairserve.router.service import Router
-from fairserve.router.state import json_safe, snapshot
+from fairserve.router.state import in_turns, json_safe, read, snapshot
 
 HISTORY_S = 60.0
 
@@ -106,6 +109,24 @@ def timed(what: Callable[[], object], reads: int) -> tuple[float, float, float]:
     return statistics.median(times), max(times), statistics.median(cpu)
 
 
+async def holds(what: Callable[[], Awaitable[object]], reads: int) -> tuple[float, float]:
+    """The largest single hold of the event loop (loop-thread CPU ms) over ``reads`` reads
+    run on it, and the median CPU ms of one whole read (all its turns together)."""
+    cpu = []
+    async with LoopHolds() as probe:
+        for _ in range(reads):
+            started = time.process_time()
+            await what()
+            cpu.append((time.process_time() - started) * 1000)
+    return probe.worst_s * 1000, statistics.median(cpu)
+
+
+async def scrape(router: Router) -> bytes:
+    """What ``GET /metrics`` does: a state read, then the text, both in turns."""
+    state = json_safe(await read(router))
+    return await in_turns(router.metrics.render_steps(state))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=10_000)
@@ -114,19 +135,26 @@ def main() -> None:
     args = parser.parse_args()
     router = Router(RouterConfig(worker_urls=("http://127.0.0.1:9",)))
     fill(router, args.clients, args.requests_per_client)
+    gc.collect()  # the fill's objects: not a read's collection
+    cold = asyncio.run(holds(lambda: read(router), 1))
+    print(f"clients={len(router.accounting.clients)} first (cold) state read on the loop: "
+          f"largest hold {cold[0]:.2f} ms, CPU {cold[1]:.2f} ms")  # fmt: skip
     state_ms = timed(lambda: json_safe(snapshot(router)), args.reads)
     print(
-        f"clients={len(router.accounting.clients)} state read: median {state_ms[0]:.2f} ms, "
+        f"state read at once: median {state_ms[0]:.2f} ms, "
         f"max {state_ms[1]:.2f} ms, CPU median {state_ms[2]:.2f} ms"
     )
-    render = getattr(router.metrics, "scrape", None)
-    if render is None:
-        render = lambda: router.metrics.render(json_safe(snapshot(router)))  # noqa: E731
-    metrics_ms = timed(render, args.reads)
+    metrics_ms = timed(lambda: router.metrics.render(json_safe(snapshot(router))), args.reads)
     print(
-        f"/metrics render: median {metrics_ms[0]:.2f} ms, max {metrics_ms[1]:.2f} ms, "
+        f"/metrics render at once: median {metrics_ms[0]:.2f} ms, max {metrics_ms[1]:.2f} ms, "
         f"CPU median {metrics_ms[2]:.2f} ms"
     )
+    state_hold = asyncio.run(holds(lambda: read(router), args.reads))
+    print(f"state read on the loop: largest hold {state_hold[0]:.2f} ms, "
+          f"CPU median {state_hold[1]:.2f} ms per read")  # fmt: skip
+    metrics_hold = asyncio.run(holds(lambda: scrape(router), args.reads))
+    print(f"/metrics on the loop: largest hold {metrics_hold[0]:.2f} ms, "
+          f"CPU median {metrics_hold[1]:.2f} ms per scrape")  # fmt: skip
 
 
 if __name__ == "__main__":
