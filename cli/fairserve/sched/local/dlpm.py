@@ -79,6 +79,7 @@ from fairserve.sched.local.base import (
 )
 from fairserve.sched.local.dlpm_pass import DecisionState
 from fairserve.sched.local.lpm import lpm_sorted
+from fairserve.sched.local.lpm_index import LPMIndex
 from fairserve.sched.params import QUANTUM, W_E, W_Q, Params, param
 
 
@@ -117,6 +118,11 @@ class DLPM(LocalPolicy):
         super().__init__(**kwargs)
         self.deficits: dict[str, float] = {}
         self.refills = 0
+        self.lpm_index = LPMIndex()
+        """The waiting queue's LPM order and per-client counts, kept across decisions."""
+        self.incremental = True
+        """Decide from :attr:`lpm_index` (False: sort the whole queue at every decision,
+        the reference ``tests/sched/test_dlpm_incremental.py`` compares it with)."""
         self.patience = self._fill_patience = MemoryPatience(self.config.fill_patience)
         """The shared memory patience, fed with "a client with credit is blocked" (any
         of them, bypassed or not: DLPM's original fill patience, so its records stay as
@@ -148,6 +154,19 @@ class DLPM(LocalPolicy):
     def _arrive(self, req: Request, now_s: float) -> None:
         """Line 12: a client seen for the first time joins the list ``l`` with ``q = 0``."""
         self.deficits.setdefault(req.client, 0.0)
+        self.lpm_index.joined(req)
+
+    def on_retract(self, req: Request, now_s: float) -> None:
+        super().on_retract(req, now_s)
+        self.lpm_index.put_back(req)
+
+    def on_abort(self, req: Request, now_s: float, was_waiting: bool) -> None:
+        super().on_abort(req, now_s, was_waiting)
+        if was_waiting:
+            self.lpm_index.left(req)
+
+    def _admitted(self, req: Request, extend_tokens: int, now_s: float) -> None:
+        self.lpm_index.left(req)
 
     def _on_service(self, client: str, weighted_amount: float) -> None:
         """Lines 24 and 27: admissions and decoded tokens are taken off the deficit."""
@@ -176,7 +195,15 @@ class DLPM(LocalPolicy):
     ) -> Decision:
         """The general decision: LPM order, Algorithm 1's passes, then the fill."""
         matches = list(map(match_len, waiting))  # once per request per decision
-        matched = dict(zip(waiting, matches, strict=True))  # identity keys (``eq=False``)
+        queue = waiting if isinstance(waiting, list) else list(waiting)
+        kept = self.lpm_index.order(queue, matches) if self.incremental else None
+        queued: dict[str, int] | None = None
+        if kept is None:
+            matched = dict(zip(waiting, matches, strict=True))  # identity keys (``eq=False``)
+            order = lpm_sorted(waiting, matches, matched)
+        else:
+            order, matched = kept
+            queued = dict(self.lpm_index.counts)
         admitted: list[Request] = []
         batch = _AdmittedPrompts()
 
@@ -186,9 +213,10 @@ class DLPM(LocalPolicy):
             batch.add(req.prompt_key)
             admitted.append(req)
 
-        order = lpm_sorted(waiting, matches, matched)
         fill = self.config.work_conserving and not self._fill_patience.hold
-        state = DecisionState(order, self.deficits, self._refill, fill, queue=waiting)
+        state = DecisionState(
+            order, self.deficits, self._refill, fill, queue=waiting, queued=queued
+        )
         yield from state.run(admit)
         self._fill_patience.decided(CREDIT_BLOCKED if state.credit_blocked else None, bypassed=True)
         return admitted

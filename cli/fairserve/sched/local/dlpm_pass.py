@@ -41,16 +41,21 @@ class DecisionState:
         refill: Refill,
         fill: bool = True,
         queue: Sequence[Request] | None = None,
+        queued: dict[str, int] | None = None,
     ):
         """``queue``: the same requests as ``order`` in the host's order, to count them in
         (with thousands waiting, reading every request costs a cache miss; in queue order
-        they lie in memory as they were allocated, in LPM order they are scattered)."""
+        they lie in memory as they were allocated, in LPM order they are scattered).
+        ``queued``: those counts already known (clients with none absent; the state takes
+        it over and counts admissions off it)."""
         self.order = order
         self.deficits = deficits
         self._refill = refill
         self.fill = fill
-        counted = order if queue is None else queue
-        self.queued: dict[str, int] = Counter(map(_CLIENT, counted))  # counts in C
+        if queued is None:
+            counted = order if queue is None else queue
+            queued = Counter(map(_CLIENT, counted))  # counts in C
+        self.queued: dict[str, int] = queued
         for client in self.queued:
             deficits.setdefault(client, 0.0)  # a client never announced joins ``l`` too
         self.positive: set[str] = {c for c in self.queued if deficits[c] > 0}

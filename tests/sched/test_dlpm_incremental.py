@@ -1,0 +1,194 @@
+"""DLPM's incremental LPM order makes exactly the decisions of the full sort (issue 23).
+
+The decision keeps its LPM order and per-client queued counts across decisions, fed by the
+events a host already sends (arrival, admission, retraction, abort) and by the match
+lengths it reads; it re-keys only the requests whose match moved. Here a model host (its
+waiting queue kept like the simulator's: arrivals at the back, retracted requests at the
+front, or at the back for a host that does so) drives two policies step by step through
+random arrivals (some at the same instant), decisions (answered by a token budget, some
+ending with ``EXHAUSTED``, some abandoned part-way as a pull-style host may), matches that
+move, retractions, aborts, finishes and decode steps: one policy sorts the whole queue at
+every decision (the reference), the other keeps its order. Every question asked, every
+admission and every piece of policy state must be the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+from random import Random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairserve.core.types import Request
+from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer
+from fairserve.sched.local.dlpm import DLPM
+from tests.fakes.factories import prefix_request
+
+QUANTUM = 60.0
+
+
+@dataclass
+class Host:
+    """A worker's waiting queue (ordered like the simulator's), its running requests and
+    the prefix match each request would get now."""
+
+    queue: dict[Request, None] = field(default_factory=dict)
+    running: list[Request] = field(default_factory=list)
+    match: dict[str, int] = field(default_factory=dict)
+    clock_s: float = 0.0
+    made: int = 0
+
+    def match_len(self, req: Request) -> int:
+        return self.match[req.id]
+
+
+def policies(fill_patience: int, work_conserving: bool) -> tuple[DLPM, DLPM]:
+    """(reference, incremental): the reference sorts the whole queue at every decision."""
+    reference = DLPM(quantum=QUANTUM, fill_patience=fill_patience, work_conserving=work_conserving)
+    reference.incremental = False
+    fast = DLPM(quantum=QUANTUM, fill_patience=fill_patience, work_conserving=work_conserving)
+    return reference, fast
+
+
+def state(policy: DLPM) -> tuple[object, ...]:
+    return (
+        dict(policy.deficits),
+        policy.refills,
+        policy.blocked_decisions,
+        dict(policy.service),
+        {c: n for c, n in policy.waiting.items() if n},
+    )
+
+
+def decide(
+    policy: DLPM, host: Host, budget_tokens: int, exhaust_at: int, stop_at: int
+) -> tuple[list[str], list[str]]:
+    """One decision answered by a token budget; the ``exhaust_at``-th question is answered
+    ``EXHAUSTED`` and after ``stop_at`` questions the host abandons the decision (closes
+    it: what was admitted stays admitted). Returns (questions asked, admitted) ids."""
+    left = [budget_tokens]
+    asked: list[str] = []
+    admitted: list[str] = []
+    decision = policy.decide(list(host.queue), host.match_len, host.clock_s)
+
+    def answer(req: Request) -> Answer:
+        asked.append(req.id)
+        if len(asked) == exhaust_at:
+            return EXHAUSTED
+        need = max(1, req.input_tokens - host.match[req.id])
+        if need > left[0]:
+            return NO_FIT
+        left[0] -= need
+        admitted.append(req.id)
+        return FIT
+
+    try:
+        req = next(decision)
+        while len(asked) < stop_at:
+            req = decision.send(answer(req))
+        decision.close()
+    except StopIteration as end:
+        assert [r.id for r in end.value] == admitted
+    return asked, admitted
+
+
+OPS = ("arrive", "arrive", "arrive", "decide", "decide", "move", "retract", "abort", "finish")
+OPS_WEIGHTS = (30, 0, 0, 12, 0, 10, 3, 3, 5)
+
+
+def run_ops(rnd: Random, steps: int, reference: DLPM, fast: DLPM) -> None:
+    """``steps`` random host events, the same for both policies; after each the states
+    (and at each decision the questions and admissions) must be equal."""
+    host = Host()
+    both = (reference, fast)
+    for _ in range(steps):
+        op = rnd.choices(OPS, OPS_WEIGHTS)[0]
+        if op == "arrive":
+            for _ in range(rnd.randint(1, 12)):
+                host.clock_s += rnd.choice((0.0, 0.0, 1.0))  # often the same instant
+                host.made += 1
+                rid = f"r{host.made}"
+                size = rnd.randint(1, 90)
+                req = prefix_request(rid, rnd.choice("abcd"), "doc", 8, size, 4)
+                req.arrival_s = host.clock_s
+                host.match[rid] = min(size, rnd.choice((0, 0, 8, 16)))
+                for policy in both:
+                    policy.on_arrival(req, host.clock_s)
+                host.queue[req] = None
+        elif op == "decide":
+            budget = rnd.choice((0, rnd.randint(1, 120), rnd.randint(100, 600)))
+            exhaust_at = rnd.choice((0, 0, rnd.randint(1, 30)))
+            stop_at = rnd.choice((10**6, 10**6, rnd.randint(1, 30)))
+            got = [decide(p, host, budget, exhaust_at, stop_at) for p in both]
+            assert got[0] == got[1]
+            gone = set(got[0][1])
+            for req in [r for r in host.queue if r.id in gone]:
+                del host.queue[req]
+                host.running.append(req)
+        elif op == "move" and host.queue:
+            for req in rnd.sample(list(host.queue), min(len(host.queue), rnd.randint(1, 4))):
+                host.match[req.id] = min(req.input_tokens, rnd.choice((0, 8, 16, 24)))
+        elif op == "retract" and host.running:
+            req = host.running.pop(rnd.randrange(len(host.running)))
+            if rnd.random() < 0.7:
+                host.queue = {req: None, **host.queue}  # the simulator's push_front
+            else:
+                host.queue[req] = None  # a host that puts it back at the end
+            for policy in both:
+                policy.on_retract(req, host.clock_s)
+        elif op == "abort" and host.queue:
+            req = rnd.choice(list(host.queue))
+            del host.queue[req]
+            for policy in both:
+                policy.on_abort(req, host.clock_s, was_waiting=True)
+        elif op == "finish" and host.running:
+            if rnd.random() < 0.5:
+                decoded = rnd.randint(1, 20)
+                for policy in both:
+                    policy.on_decode_steps(host.running, decoded, host.clock_s)
+            req = host.running.pop(rnd.randrange(len(host.running)))
+            for policy in both:
+                policy.on_finish(req, host.clock_s)
+        assert state(reference) == state(fast)
+
+
+@settings(max_examples=100)
+@given(
+    rnd=st.randoms(use_true_random=False),
+    steps=st.integers(1, 200),
+    fill_patience=st.integers(0, 3),
+    work_conserving=st.booleans(),
+)
+def test_incremental_decisions_equal_the_full_sort(
+    rnd: Random, steps: int, fill_patience: int, work_conserving: bool
+) -> None:
+    reference, fast = policies(fill_patience, work_conserving)
+    run_ops(rnd, steps, reference, fast)
+
+
+def test_a_steady_queue_is_sorted_once_and_rekeys_only_moved_matches() -> None:
+    """Decisions over a queue the events describe re-key only the new arrivals and the
+    requests whose match moved; the full sort runs once (the first decision)."""
+    host = Host()
+    fast = DLPM(quantum=QUANTUM)
+    for i in range(200):
+        host.clock_s = float(i)
+        req = prefix_request(
+            f"r{i}", "abcd"[i % 4], f"doc{i % 7}", 16, 40, 4, arrival_s=host.clock_s
+        )
+        host.match[req.id] = 16 * (i % 3 == 0)
+        fast.on_arrival(req, host.clock_s)
+        host.queue[req] = None
+    rekeyed = [fast.lpm_index.rekeyed]
+    for step in range(5):
+        moved = list(host.queue)[step * 10 : step * 10 + 3]
+        for req in moved:
+            host.match[req.id] += 1
+        _, admitted = decide(fast, host, 200, 0, 10**6)
+        for req in [r for r in host.queue if r.id in set(admitted)]:
+            del host.queue[req]
+        rekeyed.append(fast.lpm_index.rekeyed)
+    assert fast.lpm_index.rebuilds == 1
+    assert all(after - before <= 3 for before, after in pairwise(rekeyed[1:]))
