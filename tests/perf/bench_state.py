@@ -6,7 +6,10 @@ clients over a minute of history (arrivals, streamed credit, finishes, the perio
 samples), then times ``snapshot`` (what ``GET /fairserve/v1/state`` serves) and the
 ``/metrics`` text, ``--reads`` times each, and prints the median and the worst in ms; then
 runs them as the router's handlers do, in turns of an event loop, and prints the largest
-single hold of that loop (:class:`LoopHolds`), the first (cold) read's apart.
+single hold of that loop (:class:`LoopHolds`), the first (cold) read's apart. Last, the
+router's periodic fairness sample (one turn of the loop every ``sample_interval_s``), timed
+``--samples`` times a second apart in the ledger's clock (by default until the filled
+minute has fallen out of the ledger's longest window: the samples that drop it included).
 No server, no worker: only the reads. Bounded in count and time. Example::
 
     python -m tests.perf.bench_state --clients 10000
@@ -23,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
+from fairserve.core.ledger import MAX_WINDOW_S
 from fairserve.router.accounting import Usage
 from fairserve.router.config import RouterConfig
 from fairserve.router.service import Router
@@ -132,6 +136,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10_000)
     parser.add_argument("--requests-per-client", type=int, default=3)
     parser.add_argument("--reads", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=int(MAX_WINDOW_S + 2 * HISTORY_S))
     args = parser.parse_args()
     router = Router(RouterConfig(worker_urls=("http://127.0.0.1:9",)))
     fill(router, args.clients, args.requests_per_client)
@@ -155,6 +160,25 @@ def main() -> None:
     metrics_hold = asyncio.run(holds(lambda: scrape(router), args.reads))
     print(f"/metrics on the loop: largest hold {metrics_hold[0]:.2f} ms, "
           f"CPU median {metrics_hold[1]:.2f} ms per scrape")  # fmt: skip
+    busy = len(router.accounting.ledger.samples[-1].backlogged)
+    sample_cpu_ms = sample_holds(router, args.samples)
+    print(f"periodic sample ({args.samples}, one turn of the loop each): CPU median "
+          f"{statistics.median(sample_cpu_ms):.3f} ms, max {max(sample_cpu_ms):.3f} ms; "
+          f"{busy} busy clients")  # fmt: skip
+
+
+def sample_holds(router: Router, samples: int) -> list[float]:
+    """The CPU ms of each of ``samples`` periodic samples (``Accounting.sample``, what the
+    router's sampling task runs in one turn of its loop), a second apart in the ledger's
+    clock, so the window's horizon moves as it does live and the history drops."""
+    now_s = time.monotonic()
+    cpu_ms = []
+    for _ in range(samples):
+        now_s += 1.0
+        started_s = time.thread_time()
+        router.accounting.sample(now_s)
+        cpu_ms.append((time.thread_time() - started_s) * 1000)
+    return cpu_ms
 
 
 if __name__ == "__main__":

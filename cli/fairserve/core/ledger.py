@@ -192,6 +192,15 @@ class ServiceLedger:
         """Window length -> its figures kept across reads (created by the first read)."""
         self._touched: set[str] = set()
         """Clients changed since the last read (kept only once a read created a cache)."""
+        self._busy: dict[str, None] = {}
+        """Clients with a request inside the host (``busy > 0``), in the order they became
+        so: a sample reads them without walking every client."""
+        self._due: dict[str, float] = {}
+        """Client -> the time of its entry in ``_expiry``: no earlier than the horizon at
+        which :meth:`_prune` first has something of it to drop (see :meth:`_schedule`)."""
+        self._expiry: list[tuple[float, str]] = []
+        """(due time, client): a heap of when clients have history to drop, so a sample
+        touches only those (entries whose time is no longer in ``_due`` are stale)."""
 
     # ------------------------------------------------------------------ events
     def add_client(self, name: str, weight: float, now_s: float) -> None:
@@ -206,6 +215,8 @@ class ServiceLedger:
     def forget(self, name: str) -> None:
         """Drop an idle client's history (the host bounds how many it tracks)."""
         self.clients.pop(name, None)
+        self._busy.pop(name, None)
+        self._due.pop(name, None)
         if self._caches:
             self._touched.add(name)
 
@@ -233,12 +244,15 @@ class ServiceLedger:
             points[-1] = (now_s, history.cumulative)
         else:
             points.append((now_s, history.cumulative))
+        if len(points) == 2:  # points[1] moved or came: the first one a prune may reach
+            self._schedule(name, history)
 
     def busy(self, name: str, now_s: float) -> None:
         """``name`` has one more request inside the host."""
         history = self.clients[name]
         if history.busy == 0:
             history.runs.append([now_s, math.inf])
+            self._busy[name] = None
             if self._caches:
                 self._touched.add(name)
         history.busy += 1
@@ -247,10 +261,14 @@ class ServiceLedger:
         """One of ``name``'s requests left the host."""
         history = self.clients[name]
         history.busy = max(0, history.busy - 1)
-        if history.busy == 0 and history.runs:
-            history.runs[-1][1] = now_s
-            if self._caches:
-                self._touched.add(name)
+        if history.busy == 0:
+            self._busy.pop(name, None)
+            if history.runs:
+                history.runs[-1][1] = now_s
+                if self._caches:
+                    self._touched.add(name)
+                if len(history.runs) == 1:  # runs[0] ended: a prune may reach it
+                    self._schedule(name, history)
 
     def sample(
         self, now_s: float, backlogged: Iterable[str] | None = None, every_client: bool = False
@@ -262,14 +280,14 @@ class ServiceLedger:
         the service gap reads). A host with a narrower notion passes ``backlogged`` (the
         simulator: a call waiting in some queue, DESIGN §7); ``every_client`` keeps every
         client's cumulative (a report that also reads rates off the samples)."""
-        if backlogged is None:
-            marked = frozenset(n for n, h in self.clients.items() if h.busy > 0)
-        else:
-            marked = frozenset(backlogged)
+        clients = self.clients
+        marked = frozenset(self._busy if backlogged is None else backlogged)
         if every_client:
             cumulative = self.cumulatives()
+        elif backlogged is None:  # the busy clients only, not a walk over every client
+            cumulative = {n: clients[n].cumulative for n in self._busy}
         else:
-            cumulative = {n: h.cumulative for n, h in self.clients.items() if n in marked}
+            cumulative = {n: h.cumulative for n, h in clients.items() if n in marked}
         self.samples.append(ServiceSample(now_s, cumulative, marked))
         if self.max_window_s != math.inf:
             self._prune(now_s - self.max_window_s)
@@ -392,15 +410,57 @@ class ServiceLedger:
         return cache
 
     def _prune(self, horizon_s: float) -> None:
+        """Drop the samples, points and runs that no read can reach any more: only the
+        clients whose due time the horizon passed are visited (what :meth:`_prune_full`
+        does to every client, with the same result)."""
+        while self.samples and self.samples[0].t_s < horizon_s:
+            self.samples.popleft()
+        expiry, due, clients = self._expiry, self._due, self.clients
+        visited: list[str] = []
+        while expiry and expiry[0][0] <= horizon_s:
+            due_s, name = heapq.heappop(expiry)
+            if due.get(name) == due_s:
+                del due[name]
+                _drop_before(clients[name], horizon_s)
+                visited.append(name)
+        for name in visited:  # after the loop: a run ending at the horizon is due again now
+            self._schedule(name, clients[name])
+        if len(expiry) > 4 * len(due) + 64:
+            self._expiry = [(t_s, n) for t_s, n in expiry if due.get(n) == t_s]
+            heapq.heapify(self._expiry)
+
+    def _prune_full(self, horizon_s: float) -> None:
+        """:meth:`_prune` by walking every client (the tests compare the two)."""
         while self.samples and self.samples[0].t_s < horizon_s:
             self.samples.popleft()
         for history in self.clients.values():
-            points = history.points
-            while len(points) > 1 and points[1][0] <= horizon_s:
-                points.popleft()
-            runs = history.runs
-            while runs and runs[0][1] < horizon_s:
-                runs.popleft()
+            _drop_before(history, horizon_s)
+
+    def _schedule(self, name: str, history: _ClientHistory) -> None:
+        """Keep ``name``'s entry in the expiry heap no later than the first horizon at which
+        a prune drops something of it: its second point's time (the first point is dropped
+        once the horizon reaches the second) or the end of its oldest run. Called whenever
+        that time may have come earlier (a second point, a first run ended, a prune)."""
+        if self.max_window_s == math.inf:
+            return  # nothing is ever pruned (a simulation's whole history)
+        points, runs = history.points, history.runs
+        due_s = points[1][0] if len(points) > 1 else math.inf
+        if runs and runs[0][1] < due_s:
+            due_s = runs[0][1]
+        if due_s < self._due.get(name, math.inf):
+            self._due[name] = due_s
+            heapq.heappush(self._expiry, (due_s, name))
+
+
+def _drop_before(history: _ClientHistory, horizon_s: float) -> None:
+    """Drop ``history``'s points and runs that no window ending now or later can reach:
+    points before the last one at or before ``horizon_s``, runs over before it."""
+    points = history.points
+    while len(points) > 1 and points[1][0] <= horizon_s:
+        points.popleft()
+    runs = history.runs
+    while runs and runs[0][1] < horizon_s:
+        runs.popleft()
 
 
 def _value_at(points: Iterable[tuple[float, float]], t_s: float) -> float:
