@@ -49,12 +49,17 @@ which CHECKREFILL runs as soon as no queued client has credit) and gives nobody 
 
 **Cost of a decision.** ``match_len`` is called once per waiting request (hosts answer
 from kept matches: the radix tree keeps each waiting request's match across steps,
-:mod:`~fairserve.core.radix_matches`); the LPM sort is
-O(n log n) (:func:`lpm_sorted`); each pass of Algorithm 1 is one loop with O(1) work per
-request (CHECKREFILL keeps the set of queued clients with credit incrementally, see
-:mod:`~fairserve.sched.local.dlpm_pass`), and a later pass visits only the requests the
-previous one skipped for deficit. Figures, matching included, in ``tests/perf``
-(``bench_sched.py --only select``).
+:mod:`~fairserve.core.radix_matches`). The LPM order and the queued requests per client are
+kept across decisions (:mod:`~fairserve.sched.local.lpm_index`): fed by the arrival,
+admission, retraction and abort events, a decision re-keys only the requests that joined,
+left, or whose match moved (O(log n) each), and sorts everything (O(n log n)) only when the
+host's list is not the queue those events describe. Each pass of Algorithm 1 is one loop
+with O(1) work per request (CHECKREFILL keeps the set of queued clients with credit
+incrementally, see :mod:`~fairserve.sched.local.dlpm_pass`), and a later pass visits only
+the requests the previous one skipped for deficit. What stays O(waiting) per decision is
+the host's side of the contract: one ``match_len`` per request and, unless it answers
+``EXHAUSTED``, one answer per request asked. Figures, matching included, in
+``tests/perf`` (``bench_sched.py --only select``).
 """
 
 from __future__ import annotations

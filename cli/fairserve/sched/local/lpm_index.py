@@ -36,7 +36,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
-from itertools import compress
+from itertools import compress, repeat
 from operator import attrgetter, ne, neg
 
 from fairserve.core.types import Request
@@ -132,8 +132,8 @@ class LPMIndex:
             return self._rebuild(waiting, matches)
         self._settle()
         matched = self._matched
-        differs = map(ne, matches, map(matched.get, waiting))  # new arrivals: None
-        moved = list(compress(zip(waiting, matches, strict=True), differs))
+        kept = map(matched.get, waiting, repeat(-1))  # new arrivals: -1, no match is
+        moved = list(compress(zip(waiting, matches, strict=True), map(ne, matches, kept)))
         if len(moved) * REBUILD_FRACTION > len(waiting):
             return self._rebuild(waiting, matches)
         entries, order, keys, queue = self._entries, self._order, self._keys, self.queue
