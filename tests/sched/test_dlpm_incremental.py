@@ -63,15 +63,22 @@ def state(policy: DLPM) -> tuple[object, ...]:
 
 
 def decide(
-    policy: DLPM, host: Host, budget_tokens: int, exhaust_at: int, stop_at: int
+    policy: DLPM,
+    host: Host,
+    budget_tokens: int,
+    exhaust_at: int,
+    stop_at: int,
+    waiting: list[Request] | None = None,
 ) -> tuple[list[str], list[str]]:
     """One decision answered by a token budget; the ``exhaust_at``-th question is answered
     ``EXHAUSTED`` and after ``stop_at`` questions the host abandons the decision (closes
-    it: what was admitted stays admitted). Returns (questions asked, admitted) ids."""
+    it: what was admitted stays admitted). Returns (questions asked, admitted) ids.
+    ``waiting``: the list the host passes (default: its queue)."""
     left = [budget_tokens]
     asked: list[str] = []
     admitted: list[str] = []
-    decision = policy.decide(list(host.queue), host.match_len, host.clock_s)
+    queue = list(host.queue) if waiting is None else waiting
+    decision = policy.decide(queue, host.match_len, host.clock_s)
 
     def answer(req: Request) -> Answer:
         asked.append(req.id)
@@ -192,3 +199,28 @@ def test_a_steady_queue_is_sorted_once_and_rekeys_only_moved_matches() -> None:
         rekeyed.append(fast.lpm_index.rekeyed)
     assert fast.lpm_index.rebuilds == 1
     assert all(after - before <= 3 for before, after in pairwise(rekeyed[1:]))
+
+
+def test_lists_the_events_do_not_describe_are_decided_like_the_full_sort() -> None:
+    """A caller may pass any list: a part of the queue, the queue in another order, a
+    request twice. The index then sorts that list (or leaves it to the full sort) and the
+    decisions stay the reference's."""
+    reference, fast = policies(fill_patience=1, work_conserving=True)
+    host = Host()
+    reqs = []
+    for i in range(12):
+        req = prefix_request(f"r{i}", "ab"[i % 2], "doc", 8, 10 + i, 4, arrival_s=float(i // 3))
+        host.match[req.id] = 8 * (i % 2)
+        reqs.append(req)
+        for policy in (reference, fast):
+            policy.on_arrival(req, 0.0)
+    lists = [reqs[:5], reqs[5:][::-1], [reqs[5], reqs[5], reqs[6]], reqs[7:], reqs[7:]]
+    for step, waiting in enumerate(lists):
+        got = []
+        for policy in (reference, fast):
+            asked, admitted = decide(policy, host, 25, 0, 10**6, waiting)
+            decision = policy.decide(waiting, host.match_len, float(step))
+            decision.close()  # a decision never started changes nothing
+            got.append((asked, admitted, state(policy)))
+        assert got[0] == got[1]
+    assert fast.lpm_index.rebuilds == 4  # each list but the one with a request twice
