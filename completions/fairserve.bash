@@ -20,7 +20,7 @@ _fairserve() {
         "fairserve launch --tp") COMPREPLY=(); return 0 ;;
         "fairserve launch --model") COMPREPLY=(); return 0 ;;
         "fairserve launch --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
-        "fairserve launch --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve launch --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq preble-e2" -- "$cur") ); return 0 ;;
         "fairserve launch --quantum") COMPREPLY=(); return 0 ;;
         "fairserve launch --worker-quantum") COMPREPLY=(); return 0 ;;
         "fairserve launch --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
@@ -55,7 +55,7 @@ _fairserve() {
         "fairserve simulate -w") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "judge justitia-mix long-qa-s1 long-qa-s2 multi-turn-chat tot-s1 tot-s2 vtc-constant vtc-on-off vtc-poisson-short-long vtc-ramp vtc-shift" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve simulate --workload") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "judge justitia-mix long-qa-s1 long-qa-s2 multi-turn-chat tot-s1 tot-s2 vtc-constant vtc-on-off vtc-poisson-short-long vtc-ramp vtc-shift" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve simulate --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
-        "fairserve simulate --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve simulate --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq preble-e2" -- "$cur") ); return 0 ;;
         "fairserve simulate --workers") COMPREPLY=(); return 0 ;;
         "fairserve simulate --quantum") COMPREPLY=(); return 0 ;;
         "fairserve simulate --worker-quantum") COMPREPLY=(); return 0 ;;
@@ -81,7 +81,7 @@ _fairserve() {
         "fairserve router --worker-extension") COMPREPLY=(); return 0 ;;
         "fairserve router --host") COMPREPLY=(); return 0 ;;
         "fairserve router --port") COMPREPLY=(); return 0 ;;
-        "fairserve router --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve router --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq preble-e2" -- "$cur") ); return 0 ;;
         "fairserve router --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
         "fairserve router --quantum") COMPREPLY=(); return 0 ;;
         "fairserve router --worker-quantum") COMPREPLY=(); return 0 ;;
@@ -127,7 +127,7 @@ _fairserve() {
         "fairserve tune quantum --grid") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --worker-grid") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --policy") COMPREPLY=( $(compgen -W "fcfs lpm vtc lcf dlpm rpm justitia preble" -- "$cur") ); return 0 ;;
-        "fairserve tune quantum --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq" -- "$cur") ); return 0 ;;
+        "fairserve tune quantum --dispatch") COMPREPLY=( $(compgen -W "round-robin least-load cache-aware client-rr doubleq preble-e2" -- "$cur") ); return 0 ;;
         "fairserve tune quantum --workers") COMPREPLY=(); return 0 ;;
         "fairserve tune quantum --profile") compopt -o filenames 2>/dev/null; COMPREPLY=( $(compgen -W "a100-llama-2-7b a100-llama-3-8b a10g-llama-2-7b a10g-llama-3.2-3b a40-llama-2-7b h100-llama-2-7b" -- "$cur") $(compgen -f -- "$cur") ); return 0 ;;
         "fairserve tune quantum --duration") COMPREPLY=(); return 0 ;;

@@ -9,7 +9,7 @@ from fairserve.sched.registry import describe_all
 from tests.cli.conftest import RunCli
 
 LOCAL = {"fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia", "preble"}
-DISPATCH = {"round-robin", "least-load", "cache-aware", "client-rr", "doubleq"}
+DISPATCH = {"round-robin", "least-load", "cache-aware", "client-rr", "doubleq", "preble-e2"}
 
 
 def test_json_lists_exactly_the_registered_names(run_cli: RunCli) -> None:

@@ -21,7 +21,7 @@ from fairserve.sched.dispatch.round_robin import RoundRobin
 from tests.fakes.cluster import prompt_tokens
 
 W3 = ["w0", "w1", "w2"]
-ALL = ["round-robin", "least-load", "cache-aware", "client-rr", "doubleq"]
+ALL = ["round-robin", "least-load", "cache-aware", "client-rr", "doubleq", "preble-e2"]
 
 
 _SERIAL = itertools.count()

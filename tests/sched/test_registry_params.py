@@ -12,7 +12,7 @@ from fairserve.sched import registry
 from fairserve.sched.params import Param, resolve_params
 
 LOCAL = {"fcfs", "lpm", "vtc", "lcf", "dlpm", "rpm", "justitia", "preble"}
-DISPATCH = {"round-robin", "least-load", "cache-aware", "client-rr", "doubleq"}
+DISPATCH = {"round-robin", "least-load", "cache-aware", "client-rr", "doubleq", "preble-e2"}
 
 
 def test_every_named_policy_and_dispatcher_is_registered() -> None:

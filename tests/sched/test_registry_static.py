@@ -45,4 +45,5 @@ def test_canonical_order_follows_the_module_list() -> None:
         "cache-aware",
         "client-rr",
         "doubleq",
+        "preble-e2",
     ]

@@ -20,6 +20,7 @@ from fairserve.sched.dispatch import (
     least_load,
     round_robin,
 )
+from fairserve.sched.dispatch import preble as preble_e2
 from fairserve.sched.dispatch.base import Dispatcher, dispatcher_class, dispatcher_names
 from fairserve.sched.local import dlpm, fcfs, justitia, lpm, preble, rpm, vtc
 from fairserve.sched.local.base import LocalPolicy, local_policy_class, local_policy_names
@@ -70,7 +71,7 @@ LOCAL_POLICIES: Registry[LocalPolicy] = Registry(
 )
 DISPATCHERS: Registry[Dispatcher] = Registry(
     "dispatcher",
-    (round_robin, least_load, cache_aware, client_rr, doubleq),
+    (round_robin, least_load, cache_aware, client_rr, doubleq, preble_e2),
     dispatcher_class,
     dispatcher_names,
 )
