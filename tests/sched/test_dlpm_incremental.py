@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from random import Random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,9 +40,27 @@ class Host:
     match: dict[str, int] = field(default_factory=dict)
     clock_s: float = 0.0
     made: int = 0
+    feed: bool = False
+    """Whether ``match_len`` says which matches moved (its ``moved`` attribute)."""
+    moved: dict[Request, None] = field(default_factory=dict)
+    reads: int = 0
 
-    def match_len(self, req: Request) -> int:
-        return self.match[req.id]
+    def __post_init__(self) -> None:
+        def match_len(req: Request) -> int:
+            self.reads += 1
+            return self.match[req.id]
+
+        if self.feed:
+            match_len.moved = self.drain_moved  # type: ignore[attr-defined]
+        self.match_len = match_len
+
+    def drain_moved(self) -> list[Request]:
+        moved, self.moved = list(self.moved), {}
+        return moved
+
+    def move(self, req: Request, match: int) -> None:
+        self.match[req.id] = match
+        self.moved[req] = None
 
 
 def policies(fill_patience: int, work_conserving: bool) -> tuple[DLPM, DLPM]:
@@ -105,10 +124,11 @@ OPS = ("arrive", "arrive", "arrive", "decide", "decide", "move", "retract", "abo
 OPS_WEIGHTS = (30, 0, 0, 12, 0, 10, 3, 3, 5)
 
 
-def run_ops(rnd: Random, steps: int, reference: DLPM, fast: DLPM) -> None:
+def run_ops(rnd: Random, steps: int, reference: DLPM, fast: DLPM, feed: bool = False) -> None:
     """``steps`` random host events, the same for both policies; after each the states
-    (and at each decision the questions and admissions) must be equal."""
-    host = Host()
+    (and at each decision the questions and admissions) must be equal. ``feed``: the host
+    says which matches moved."""
+    host = Host(feed=feed)
     both = (reference, fast)
     for _ in range(steps):
         op = rnd.choices(OPS, OPS_WEIGHTS)[0]
@@ -136,7 +156,7 @@ def run_ops(rnd: Random, steps: int, reference: DLPM, fast: DLPM) -> None:
                 host.running.append(req)
         elif op == "move" and host.queue:
             for req in rnd.sample(list(host.queue), min(len(host.queue), rnd.randint(1, 4))):
-                host.match[req.id] = min(req.input_tokens, rnd.choice((0, 8, 16, 24)))
+                host.move(req, min(req.input_tokens, rnd.choice((0, 8, 16, 24))))
         elif op == "retract" and host.running:
             req = host.running.pop(rnd.randrange(len(host.running)))
             if rnd.random() < 0.7:
@@ -167,18 +187,21 @@ def run_ops(rnd: Random, steps: int, reference: DLPM, fast: DLPM) -> None:
     steps=st.integers(1, 200),
     fill_patience=st.integers(0, 3),
     work_conserving=st.booleans(),
+    feed=st.booleans(),
 )
 def test_incremental_decisions_equal_the_full_sort(
-    rnd: Random, steps: int, fill_patience: int, work_conserving: bool
+    rnd: Random, steps: int, fill_patience: int, work_conserving: bool, feed: bool
 ) -> None:
     reference, fast = policies(fill_patience, work_conserving)
-    run_ops(rnd, steps, reference, fast)
+    run_ops(rnd, steps, reference, fast, feed)
 
 
-def test_a_steady_queue_is_sorted_once_and_rekeys_only_moved_matches() -> None:
+@pytest.mark.parametrize("feed", [False, True])
+def test_a_steady_queue_is_sorted_once_and_rekeys_only_moved_matches(feed: bool) -> None:
     """Decisions over a queue the events describe re-key only the new arrivals and the
-    requests whose match moved; the full sort runs once (the first decision)."""
-    host = Host()
+    requests whose match moved; the full sort runs once (the first decision). A host that
+    says which matches moved is asked only about those."""
+    host = Host(feed=feed)
     fast = DLPM(quantum=QUANTUM)
     for i in range(200):
         host.clock_s = float(i)
@@ -192,8 +215,11 @@ def test_a_steady_queue_is_sorted_once_and_rekeys_only_moved_matches() -> None:
     for step in range(5):
         moved = list(host.queue)[step * 10 : step * 10 + 3]
         for req in moved:
-            host.match[req.id] += 1
+            host.move(req, host.match[req.id] + 1)
+        reads = host.reads
         _, admitted = decide(fast, host, 200, 0, 10**6)
+        if feed and step:
+            assert host.reads - reads == len(moved)
         for req in [r for r in host.queue if r.id in set(admitted)]:
             del host.queue[req]
         rekeyed.append(fast.lpm_index.rekeyed)

@@ -199,10 +199,13 @@ class DLPM(LocalPolicy):
         self, waiting: Sequence[Request], match_len: MatchLen, now_s: float
     ) -> Decision:
         """The general decision: LPM order, Algorithm 1's passes, then the fill."""
-        matches = list(map(match_len, waiting))  # once per request per decision
         queue = waiting if isinstance(waiting, list) else list(waiting)
-        kept = self.lpm_index.order(queue, matches) if self.incremental else None
+        kept = self._kept_order(queue, match_len) if self.incremental else None
         queued: dict[str, int] | None = None
+        if kept is None:
+            matches = list(map(match_len, waiting))  # once per request per decision
+            if self.incremental:
+                kept = self.lpm_index.order(queue, matches)
         if kept is None:
             matched = dict(zip(waiting, matches, strict=True))  # identity keys (``eq=False``)
             order = lpm_sorted(waiting, matches, matched)
@@ -225,6 +228,17 @@ class DLPM(LocalPolicy):
         yield from state.run(admit)
         self._fill_patience.decided(CREDIT_BLOCKED if state.credit_blocked else None, bypassed=True)
         return admitted
+
+    def _kept_order(
+        self, queue: list[Request], match_len: MatchLen
+    ) -> tuple[list[Request], dict[Request, int]] | None:
+        """The kept order when the host's ``match_len`` says which matches moved
+        (:data:`~fairserve.sched.local.lpm_index.MovedMatches`); None otherwise."""
+        moved_of = getattr(match_len, "moved", None)
+        moved = moved_of() if moved_of is not None else None
+        if moved is None:
+            return None
+        return self.lpm_index.order_moved(queue, match_len, moved)
 
     def _decide_one(self, req: Request, match_len: MatchLen, now_s: float) -> Decision:
         """:meth:`decide` for a queue of one request, which is most decisions of a worker

@@ -27,19 +27,33 @@ rebuilt from that list, which is the full sort the decision did before. Either w
 order is exactly ``lpm_sorted``'s (``tests/sched/test_dlpm_incremental.py`` compares the
 decisions step by step with the full sort).
 
-What is still read per waiting request at a decision: the host's ``match_len`` (a host that
-can say which matches moved could skip it) and the two list comparisons in C.
+What is still read per waiting request at a decision: the host's ``match_len``, unless the
+host says which matches moved (:data:`MovedMatches`: then only those and the new arrivals
+are asked), and the comparisons in C.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import compress, repeat
 from operator import attrgetter, ne, neg
 
 from fairserve.core.types import Request
+
+MatchLen = Callable[[Request], int]
+
+MovedMatches = Callable[[], Collection[Request] | None]
+"""What a host's ``match_len`` may carry as its ``moved`` attribute (optional): called once
+at the start of a decision, it returns the waiting requests whose match may differ from
+what ``match_len`` last answered for them since the previous call (a kept match whose
+ticket was revoked), or None when it cannot tell. The decision then asks ``match_len`` only
+about those and about requests it has no match for; the host promises that every other
+waiting request's match is still the one last answered, as of the decision's start."""
+
+_NO_MATCH = float("nan")
+"""A kept match for a request that has none: differs from every match."""
 
 Key = tuple[int, float, int]
 """``(-match, arrival_s, position)``: unique, since positions are."""
@@ -66,6 +80,7 @@ class LPMIndex:
         "_keys",
         "_matched",
         "_order",
+        "_unkeyed",
         "counts",
         "queue",
         "rebuilds",
@@ -83,6 +98,8 @@ class LPMIndex:
         """Requests that joined, left or moved in the queue since the order was settled."""
         self._keys: dict[Request, Key] = {}
         """The requests in the LPM order -> their key."""
+        self._unkeyed: dict[Request, None] = {}
+        """Requests in :attr:`queue` not in the LPM order (joined or put back since)."""
         self._matched: dict[Request, int] = {}
         """The requests in the LPM order -> the match they are sorted by."""
         self._entries: list[tuple[int, float, int, Request]] = []
@@ -103,6 +120,7 @@ class LPMIndex:
         queue[req] = self._back
         self._back += 1
         self._count(req.client, 1)
+        self._unkeyed[req] = None
         self._touched(req)
 
     def put_back(self, req: Request) -> None:
@@ -112,12 +130,14 @@ class LPMIndex:
         self.queue = {req: self._front, **self.queue}  # O(queue) in C: retractions are rare
         self._front -= 1
         self._count(req.client, 1)
+        self._unkeyed[req] = None
         self._touched(req)
 
     def left(self, req: Request) -> None:
         """An admission, or an abort while waiting."""
         if self.queue.pop(req, None) is None:
             return
+        self._unkeyed.pop(req, None)
         self._count(req.client, -1)
         self._touched(req)
 
@@ -128,15 +148,47 @@ class LPMIndex:
         """``waiting`` in LPM order and each request's match, ``matches`` being the
         matches of ``waiting`` in its order; None when ``waiting`` lists a request twice
         (the caller sorts it itself). Afterwards :attr:`counts` counts ``waiting``."""
-        if len(self.queue) != len(waiting) or list(self.queue) != waiting:
+        if not self._describes(waiting):
             return self._rebuild(waiting, matches)
         self._settle()
-        matched = self._matched
-        kept = map(matched.get, waiting, repeat(-1))  # new arrivals: -1, no match is
+        kept = map(self._matched.get, waiting, repeat(_NO_MATCH))
         moved = list(compress(zip(waiting, matches, strict=True), map(ne, matches, kept)))
         if len(moved) * REBUILD_FRACTION > len(waiting):
             return self._rebuild(waiting, matches)
+        return self._rekey(moved)
+
+    def order_moved(
+        self, waiting: list[Request], match_len: MatchLen, moved: Iterable[Request]
+    ) -> tuple[list[Request], dict[Request, int]] | None:
+        """:meth:`order` for a host that says which matches may have moved (``moved``,
+        see :data:`MovedMatches`): ``match_len`` is asked only about those and about the
+        requests the order does not hold yet. None when ``waiting`` is not the queue the
+        events describe (the caller then reads every match and calls :meth:`order`)."""
+        if not self._describes(waiting):
+            return None
+        self._settle()
+        queue, matched = self.queue, self._matched
+        reread = dict.fromkeys(self._unkeyed)
+        reread.update(dict.fromkeys(req for req in moved if req in queue))
+        changed: list[tuple[Request, int]] = []
+        for req in sorted(reread, key=queue.__getitem__):  # in the host's order
+            match = match_len(req)
+            if matched.get(req, _NO_MATCH) != match:
+                changed.append((req, match))
+        if len(changed) * REBUILD_FRACTION > len(waiting):
+            matched.update(changed)
+            return self._rebuild(waiting, list(map(matched.__getitem__, waiting)))
+        return self._rekey(changed)
+
+    def _describes(self, waiting: list[Request]) -> bool:
+        """Whether ``waiting`` is the queue the events describe, in the same order."""
+        return len(self.queue) == len(waiting) and list(self.queue) == waiting
+
+    def _rekey(self, moved: list[tuple[Request, int]]) -> tuple[list[Request], dict[Request, int]]:
+        """Put ``moved`` (request, match) in the order by their match; every request of the
+        queue is then in it."""
         entries, order, keys, queue = self._entries, self._order, self._keys, self.queue
+        matched = self._matched
         for req, match in moved:
             old = keys.get(req)
             if old is not None:
@@ -148,6 +200,7 @@ class LPMIndex:
             order.insert(at, req)
             keys[req] = key
             matched[req] = match
+        self._unkeyed.clear()
         self.rekeyed += len(moved)
         return list(order), matched
 
@@ -163,6 +216,7 @@ class LPMIndex:
             return None
         self.rebuilds += 1
         self.queue = positions
+        self._unkeyed.clear()
         self._back, self._front = len(waiting), -1
         self.counts = dict(Counter(map(_CLIENT, waiting)))
         self._matched = dict(zip(waiting, matches, strict=True))
@@ -182,7 +236,7 @@ class LPMIndex:
 
     def _reset(self) -> None:
         self.queue, self.counts = {}, {}
-        self._keys, self._matched = {}, {}
+        self._keys, self._matched, self._unkeyed = {}, {}, {}
         self._entries, self._order = [], []
         self._dirty.clear()
 
@@ -206,7 +260,7 @@ class LPMIndex:
             at = bisect_left(entries, key)
             del entries[at], order[at]
             del keys[req]
-            matched.pop(req, None)
+            matched.pop(req, None)  # one put back is in ``_unkeyed`` already
         dirty.clear()
 
     def _touched(self, req: Request) -> None:
