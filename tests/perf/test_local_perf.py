@@ -23,6 +23,12 @@ Two ways of timing it:
   request: kept matches answer at once, and only the new arrivals and the requests whose
   match an insert or eviction moved are walked again.
 
+* **steady state with a moved-match feed** (DLPM, a prototype of the hook issue 23 asks
+  of the radix tree): the host's ``match_len`` also says which waiting requests' kept
+  match was revoked since it last answered (here by wrapping ``Ticket.revoke`` in the
+  benchmark, the core does not offer it yet), so the decision asks only about those and
+  the new arrivals (``sched.local.lpm_index.MovedMatches``).
+
 Times are the CPU time of the deciding thread (``time.thread_time_ns``): on a shared
 2-core machine wall time mostly measures the other processes.
 """
@@ -31,9 +37,12 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ClassVar
 
 from fairserve.core.radix import RadixTree
+from fairserve.core.radix_node import Ticket
 from fairserve.core.types import Request
 from fairserve.sched.local.base import LocalPolicy
 from fairserve.sched.registry import make_local_policy
@@ -52,6 +61,48 @@ STEADY = ((1_000, 40), (10_000, 12))
 """(waiting requests, timed decisions) of the steady-state cases."""
 
 MatchLen = Callable[[Request], int]
+
+
+class MatchFeed:
+    """``match_len`` from the tree's kept matches that also says which requests' match may
+    have moved: those whose last answer came from a ticket revoked since (the prototype of
+    a revoked ticket listing its keys)."""
+
+    revoked: ClassVar[list[Ticket]] = []
+
+    def __init__(self, cache: RadixTree) -> None:
+        self.cache = cache
+        self.holders: dict[Ticket, list[Request]] = {}
+        MatchFeed.revoked.clear()
+
+    def __call__(self, req: Request) -> int:
+        tokens = self.cache.match_len(req.prompt_key)
+        ticket = self.cache._trie.matches.kept.get(req.prompt_key)
+        if ticket is not None:
+            self.holders.setdefault(ticket, []).append(req)
+        return tokens
+
+    def moved(self) -> list[Request]:
+        holders = self.holders
+        moved = [req for ticket in MatchFeed.revoked for req in holders.pop(ticket, ())]
+        MatchFeed.revoked.clear()
+        return moved
+
+
+@contextmanager
+def revocations_listed() -> Iterator[None]:
+    """While it lasts, every revoked ticket is listed in ``MatchFeed.revoked``."""
+    original = Ticket.revoke
+
+    def revoke(ticket: Ticket) -> None:
+        MatchFeed.revoked.append(ticket)
+        original(ticket)
+
+    Ticket.revoke = revoke  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        Ticket.revoke = original  # type: ignore[method-assign]
 
 
 def budget(admits: int) -> Callable[[Request], bool]:
@@ -100,9 +151,21 @@ def one_decision_ns(name: str, requests: list[Request], match_len: MatchLen) -> 
     return elapsed
 
 
-def steady_decisions_ms(name: str, waiting_count: int, decisions: int) -> tuple[list[float], str]:
+def steady_decisions_ms(
+    name: str, waiting_count: int, decisions: int, feed: bool = False
+) -> tuple[list[float], str]:
     """CPU ms of ``decisions`` consecutive decisions over a queue kept ``waiting_count``
-    long, matching included (see the module docstring); and a note on what was walked."""
+    long, matching included (see the module docstring); and a note on what was walked.
+    ``feed``: the host's ``match_len`` says which matches moved (:class:`MatchFeed`)."""
+    if feed:
+        with revocations_listed():
+            return _steady_decisions_ms(name, waiting_count, decisions, feed)
+    return _steady_decisions_ms(name, waiting_count, decisions, feed)
+
+
+def _steady_decisions_ms(
+    name: str, waiting_count: int, decisions: int, feed: bool
+) -> tuple[list[float], str]:
     source = PromptSource(seed=5)
     cache = cache_tree(source)
     steps = WARM_DECISIONS + decisions
@@ -119,9 +182,10 @@ def steady_decisions_ms(name: str, waiting_count: int, decisions: int) -> tuple[
             policy.on_arrival(req, req.arrival_s)
             waiting.append(req)
 
-    def match_len(req: Request) -> int:
+    def read_match(req: Request) -> int:
         return cache.match_len(req.prompt_key)
 
+    match_len: MatchLen = MatchFeed(cache) if feed else read_match
     arrive(waiting_count)
     samples: list[float] = []
     walked = 0
@@ -165,16 +229,17 @@ def run() -> list[Result]:
             case = f"{name} / {variant}"
             results.append(Result("select 1000", case, median, best, p99, "ms", target, note))
     for waiting_count, decisions in STEADY:
-        for name in ("dlpm", "lpm"):
-            ms, steady_note = steady_decisions_ms(name, waiting_count, decisions)
+        for name, feed in (("dlpm", False), ("dlpm", True), ("lpm", False)):
+            ms, steady_note = steady_decisions_ms(name, waiting_count, decisions, feed)
             target = ""
             if name == "dlpm":
                 target = "<= 1 ms" if waiting_count <= 1_000 else "<= 10 ms"
             median, best, p99 = summarize(ms)
+            how = "moved-match feed" if feed else "matching included"
             results.append(
                 Result(
                     f"select {waiting_count}",
-                    f"{name} / steady state, matching included",
+                    f"{name} / steady state, {how}",
                     median,
                     best,
                     p99,
