@@ -146,6 +146,30 @@ def test_a_split_inside_the_match_moves_it_and_keeps_its_length() -> None:
     assert tree.match_len(waiting) == 3 == tree.match_len_walk(waiting)
 
 
+def test_a_probe_keeps_the_match_where_its_lock_would_end() -> None:
+    """A refused admission probes its prompt's lock, and the next batching step asks for
+    the same match: it is kept where the lock ends, after the split that a match ending
+    inside an edge needs, so it is not walked again."""
+    tree = tree_of([1, 2, 3, 4])
+    waiting = k([1, 2, 9])  # ends inside the edge [1, 2, 3, 4]
+    node, matched, _fresh = tree.probe_lock(waiting)  # splits that edge after [1, 2]
+    tree.release_probe(node)
+    assert matched == 2
+    assert kept(tree, waiting) == 2 == tree.match_len_walk(waiting)
+    tree.insert(k([1, 2, 9, 9]))  # continues it under the new upper node
+    assert kept(tree, waiting) is None
+    assert tree.match_len(waiting) == 3 == tree.match_len_walk(waiting)
+
+
+def test_a_lock_without_a_kept_match_keeps_one() -> None:
+    tree = tree_of([1, 2, 3])
+    waiting = k([1, 2, 3, 4])
+    assert kept(tree, waiting) is None
+    assert tree.lock(waiting) == 3
+    assert kept(tree, waiting) == 3 == tree.match_len_walk(waiting)
+    tree.unlock(waiting)
+
+
 def test_an_eviction_on_the_path_revokes_the_match() -> None:
     tree = tree_of([1, 2, 3])
     waiting = k([1, 2, 3, 4])

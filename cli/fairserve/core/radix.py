@@ -20,10 +20,20 @@ prefix caches every shorter prefix of it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fairserve.core.errors import ConfigError
 from fairserve.core.radix_lru import LruIndex
 from fairserve.core.radix_matches import INSIDE
-from fairserve.core.radix_node import Node, Owner, OwnerMatch, Walk, check_key, common_tokens
+from fairserve.core.radix_node import (
+    Node,
+    Owner,
+    OwnerMatch,
+    Ticket,
+    Walk,
+    check_key,
+    common_tokens,
+)
 from fairserve.core.radix_owners import OwnerIndex
 from fairserve.core.radix_trie import Trie
 from fairserve.core.types import TOKEN_BYTES
@@ -80,6 +90,14 @@ class RadixTree:
         tokens, end, head, shared = self._walk_match(key)
         self._trie.matches.put(key, tokens, end, head, shared)
         return tokens
+
+    @property
+    def kept_matches(self) -> Mapping[bytes, Ticket]:
+        """The kept matches :meth:`match_len` reads first: ``key -> ticket``, where a
+        ``valid`` ticket's ``tokens`` is the key's match length. For a host that asks for
+        every waiting request at every step and reads them in its own call frame (a
+        missing or stale ticket: ask :meth:`match_len`). Read only."""
+        return self._kept
 
     def match_len_walk(self, key: bytes) -> int:
         """:meth:`match_len` by walking the tree, ignoring kept matches (the reference the
@@ -227,25 +245,27 @@ class RadixTree:
         return matched
 
     def _lock_target(self, key: bytes) -> tuple[Node, int]:
-        """The node a lock on ``key`` ends at and its tokens, a partial edge split there:
-        from the kept match when it is valid (it names that node), else from where the last
-        match of ``key`` ended if the shape has not changed, else by walking."""
-        trie = self._trie
+        """The node a lock on ``key`` ends at and its tokens, a partial edge split there.
+
+        Read from the kept match (walking and keeping it first when there is none): it names
+        that node. The match stays kept where the lock ends, also after a split, so a
+        refused admission's request is not walked again at the next batching step."""
         ticket = self._kept.get(key)
-        if ticket is not None and ticket.valid:
-            node = ticket.node
-            assert node is not None  # a valid ticket names its node
-            if ticket.shared:  # the match ends inside ``node``'s edge
-                return trie.split(node, ticket.shared), ticket.tokens
-            return node, ticket.tokens
-        walk = trie.recall(key)
-        if walk is None:
-            return trie.walk_full_nodes(key, split_partial=True)
-        node, pos, partial, shared = walk
-        if partial is not None:
-            node = trie.split(partial, shared)
-            pos += len(node.edge)
-        return node, pos // TOKEN_BYTES
+        if ticket is None or not ticket.valid:
+            self.match_len(key)
+            ticket = self._kept.get(key)
+            if ticket is None:  # a match_len that keeps nothing (the walking reference)
+                return self._trie.walk_full_nodes(key, split_partial=True)
+        node, tokens = ticket.node, ticket.tokens
+        assert node is not None  # a valid ticket names its node
+        if not ticket.shared:
+            return node, tokens
+        # The match ends inside ``node``'s edge: split there (which revokes the ticket);
+        # it now ends where the new upper node ends, the key going on with its next token.
+        upper = self._trie.split(node, ticket.shared)
+        head = key[tokens * TOKEN_BYTES : (tokens + 1) * TOKEN_BYTES]
+        self._trie.matches.put(key, tokens, upper, head, 0)
+        return upper, tokens
 
     def probe_lock(self, key: bytes) -> tuple[Node, int, int]:
         """What ``lock(key)`` would take, for a host that decides from it whether to lock:

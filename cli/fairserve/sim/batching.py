@@ -125,7 +125,7 @@ class BatchFormer:
             return
         cap = self.config.max_running_requests
         pool, waiting, running = self.pool, self.waiting, self.running
-        matches: dict[int, int] = {}
+        matches: dict[Request, int] = {}
         # Memory only gets tighter within a step, so once an admission claiming ``c`` tokens
         # was refused, a request needing at least ``c`` without any lock is refused without
         # touching the tree.
@@ -158,7 +158,7 @@ class BatchFormer:
                 # without a lock whatever its match (the same answer, without matching)
                 batch.refused.add(id(req))
                 return NO_FIT
-            matched = get_match(id(req))
+            matched = get_match(req)
             if matched is None:
                 matched = match_len(req)
             extend = len(key) // TOKEN_BYTES - matched + req.output_tokens

@@ -45,7 +45,11 @@ class RunningBatch:
         self.prefilling: list[Slot] = []
         """Running slots whose prefill is not done, in admission order."""
         self.groups: dict[str, list[Request]] = {}
-        """Decoding requests by client (what a uniform decode charge needs)."""
+        """Decoding requests by client (what a uniform decode charge needs: each client's
+        count, and any one of its requests; their order within a group means nothing)."""
+        self._group_index: dict[Request, int] = {}
+        """Each decoding request's position in its group, so that leaving is O(1) (a group
+        holds hundreds of requests of one client; ``list.remove`` scanned them)."""
         self.context_base = 0
         """Σ over decoding slots of prompt + output − synced clock: the decode batch reads
         ``context_base + decoding · clock`` context tokens."""
@@ -116,9 +120,9 @@ class RunningBatch:
         self.context_base += slot.prompt_tokens + req.output_tokens - pool.clock
         group = self.groups.get(req.client)
         if group is None:
-            self.groups[req.client] = [req]
-        else:
-            group.append(req)
+            group = self.groups[req.client] = []
+        self._group_index[req] = len(group)
+        group.append(req)
         due = pool.clock + slot.target_tokens - req.output_tokens
         heapq.heappush(self._finish_at, (due, slot.seq, slot))
 
@@ -133,9 +137,17 @@ class RunningBatch:
         pool.sync(slot)
         req = slot.req
         self.context_base -= slot.prompt_tokens + req.output_tokens - pool.clock
+        self._leave_group(req)
+
+    def _leave_group(self, req: Request) -> None:
+        """Take ``req`` out of its client's group: the group's last request takes its place."""
         group = self.groups[req.client]
-        group.remove(req)
-        if not group:
+        at = self._group_index.pop(req)
+        last = group.pop()
+        if last is not req:
+            group[at] = last
+            self._group_index[last] = at
+        elif not group:
             del self.groups[req.client]
 
     def newest(self) -> Slot:

@@ -126,20 +126,30 @@ class KVPool:
         as in SGLang, so the last position yields logits)."""
         return self.prefix_matcher({})(req)
 
-    def prefix_matcher(self, memo: dict[int, int]) -> Callable[[Request], int]:
-        """:meth:`cached_prefix` remembered per request (by ``id``) in ``memo``: what one
-        batch formation asks for every waiting request, answered as the tree was when first
-        asked (an admission may evict below a later request's match). One call frame per
-        request: under overload this is the simulator's most frequent call."""
-        tree_match, remembered = self.tree.match_len, memo.get
+    def prefix_matcher(self, memo: dict[Request, int]) -> Callable[[Request], int]:
+        """:meth:`cached_prefix` remembered per request in ``memo``: what one batch
+        formation asks for every waiting request, answered as the tree was when first asked
+        (an admission may evict below a later request's match).
+
+        One call frame per request: under load this is the simulator's most frequent call
+        (every waiting request at every decision), so the tree's kept match is read here
+        (:attr:`RadixTree.kept_matches`) and the tree is asked only when it has none."""
+        tree_match, kept, remembered = self.tree.match_len, self.tree.kept_matches.get, memo.get
 
         def cached_prefix(req: Request) -> int:
-            i = id(req)
-            cached = remembered(i)
+            cached = remembered(req)
             if cached is None:
                 key = req.prompt_key
-                cached = min(tree_match(key), len(key) // TOKEN_BYTES - 1) if key else 0
-                memo[i] = cached
+                if key:
+                    ticket = kept(key)
+                    if ticket is None or not ticket.valid:
+                        tokens = tree_match(key)
+                    else:
+                        tokens = ticket.tokens
+                    cached = min(tokens, len(key) // TOKEN_BYTES - 1)
+                else:
+                    cached = 0
+                memo[req] = cached
             return cached
 
         return cached_prefix
