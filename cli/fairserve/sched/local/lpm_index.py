@@ -75,11 +75,11 @@ class LPMIndex:
     __slots__ = (
         "_back",
         "_dirty",
-        "_entries",
         "_front",
         "_keys",
         "_matched",
         "_order",
+        "_sorted",
         "_unkeyed",
         "counts",
         "queue",
@@ -102,10 +102,10 @@ class LPMIndex:
         """Requests in :attr:`queue` not in the LPM order (joined or put back since)."""
         self._matched: dict[Request, int] = {}
         """The requests in the LPM order -> the match they are sorted by."""
-        self._entries: list[tuple[int, float, int, Request]] = []
-        """Sorted ``key + (request,)`` (the request is never compared: keys are unique)."""
+        self._sorted: list[Key] = []
+        """The keys of the requests in the LPM order, sorted (unique: positions are)."""
         self._order: list[Request] = []
-        """The requests of :attr:`_entries`, in the same order."""
+        """The requests of :attr:`_sorted`, in the same order."""
         self.rebuilds = 0
         """Full sorts so far (the first decision, and whenever the host's list differed)."""
         self.rekeyed = 0
@@ -187,16 +187,16 @@ class LPMIndex:
     def _rekey(self, moved: list[tuple[Request, int]]) -> tuple[list[Request], dict[Request, int]]:
         """Put ``moved`` (request, match) in the order by their match; every request of the
         queue is then in it."""
-        entries, order, keys, queue = self._entries, self._order, self._keys, self.queue
+        ranked, order, keys, queue = self._sorted, self._order, self._keys, self.queue
         matched = self._matched
         for req, match in moved:
             old = keys.get(req)
             if old is not None:
-                at = bisect_left(entries, old)
-                del entries[at], order[at]
+                at = bisect_left(ranked, old)
+                del ranked[at], order[at]
             key = (-match, req.arrival_s, queue[req])
-            at = bisect_left(entries, key)
-            entries.insert(at, (*key, req))
+            at = bisect_left(ranked, key)
+            ranked.insert(at, key)
             order.insert(at, req)
             keys[req] = key
             matched[req] = match
@@ -220,24 +220,22 @@ class LPMIndex:
         self._back, self._front = len(waiting), -1
         self.counts = dict(Counter(map(_CLIENT, waiting)))
         self._matched = dict(zip(waiting, matches, strict=True))
-        entries: list[tuple[int, float, int, Request]] = sorted(
-            zip(
-                map(neg, matches),
-                map(_ARRIVAL, waiting),
-                range(len(waiting)),
-                waiting,
-                strict=True,
-            )
-        )
-        self._entries = entries
-        self._order = [entry[3] for entry in entries]
-        self._keys = {entry[3]: (entry[0], entry[1], entry[2]) for entry in entries}
+        count = len(waiting)
+        arrivals = list(map(_ARRIVAL, waiting))
+        keys = list(zip(map(neg, matches), arrivals, range(count), strict=True))
+        if arrivals == sorted(arrivals):  # queue order follows arrival: sort on the match
+            ranks = sorted(range(count), key=matches.__getitem__, reverse=True)  # stable
+        else:
+            ranks = sorted(range(count), key=keys.__getitem__)
+        self._sorted = list(map(keys.__getitem__, ranks))
+        self._order = list(map(waiting.__getitem__, ranks))
+        self._keys = dict(zip(waiting, keys, strict=True))
         return list(self._order), self._matched
 
     def _reset(self) -> None:
         self.queue, self.counts = {}, {}
         self._keys, self._matched, self._unkeyed = {}, {}, {}
-        self._entries, self._order = [], []
+        self._sorted, self._order = [], []
         self._dirty.clear()
 
     def _settle(self) -> None:
@@ -246,8 +244,8 @@ class LPMIndex:
         dirty = self._dirty
         if not dirty:
             return
-        entries, order, keys, matched, queue = (
-            self._entries,
+        ranked, order, keys, matched, queue = (
+            self._sorted,
             self._order,
             self._keys,
             self._matched,
@@ -257,8 +255,8 @@ class LPMIndex:
             key = keys.get(req)
             if key is None or queue.get(req) == key[2]:
                 continue
-            at = bisect_left(entries, key)
-            del entries[at], order[at]
+            at = bisect_left(ranked, key)
+            del ranked[at], order[at]
             del keys[req]
             matched.pop(req, None)  # one put back is in ``_unkeyed`` already
         dirty.clear()
