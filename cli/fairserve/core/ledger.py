@@ -251,7 +251,7 @@ class ServiceLedger:
         """``name`` has one more request inside the host."""
         history = self.clients[name]
         if history.busy == 0:
-            history.runs.append([now_s, math.inf])
+            history.runs.append((now_s, math.inf))
             self._busy[name] = None
             if self._caches:
                 self._touched.add(name)
@@ -264,7 +264,7 @@ class ServiceLedger:
         if history.busy == 0:
             self._busy.pop(name, None)
             if history.runs:
-                history.runs[-1][1] = now_s
+                history.runs[-1] = (history.runs[-1][0], now_s)  # a tuple: see ClientHistory
                 if self._caches:
                     self._touched.add(name)
                 if len(history.runs) == 1:  # runs[0] ended: a prune may reach it
