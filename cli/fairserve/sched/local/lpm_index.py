@@ -148,7 +148,7 @@ class LPMIndex:
         """``waiting`` in LPM order and each request's match, ``matches`` being the
         matches of ``waiting`` in its order; None when ``waiting`` lists a request twice
         (the caller sorts it itself). Afterwards :attr:`counts` counts ``waiting``."""
-        if not self._describes(waiting):
+        if not self._describes(waiting) or len(self._unkeyed) * REBUILD_FRACTION > len(waiting):
             return self._rebuild(waiting, matches)
         self._settle()
         kept = map(self._matched.get, waiting, repeat(_NO_MATCH))
