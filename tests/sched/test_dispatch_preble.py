@@ -85,6 +85,30 @@ def test_an_unavailable_holder_means_explore() -> None:
     assert d.decisions == {"exploit": 0, "explore": 1}
 
 
+def test_a_placement_outlives_the_workers_eviction() -> None:
+    """Preble routes by where a prefix was placed (``gpu_allocations``), which evictions do
+    not change; the fleet's cache model, read by the prefill estimate and fair queues,
+    does forget."""
+    d = preble(**SIMPLE)
+    d.on_dispatch(req("doc", prefix=1, shared=64), "w0")
+    d.on_dispatch(req("busy", unique=500), "w0")
+    d.on_evict("w0", b"")
+    hit = req("hit", prefix=1, shared=64)
+    assert d.prefixes.match(hit.prompt_key).tokens == 0
+    assert d.choose(hit) == "w0"
+    d.on_dispatch(hit, "w0")
+    assert d.window_prefill_s["w0"] == pytest.approx(0.072 + 0.500 + 0.072)  # all missing
+
+
+def test_placements_are_bounded_least_recently_used_first() -> None:
+    d = preble(placement_tokens_per_worker=100)
+    d.on_dispatch(req("old", prefix=1, shared=64), "w0")
+    d.on_dispatch(req("new", prefix=2, shared=64), "w0")
+    assert d.placed.worker_tokens("w0") <= 100
+    assert d.choose(req("hit-new", prefix=2, shared=64)) == "w0"
+    assert d.choose(req("hit-old", prefix=1, shared=64)) == "w1"
+
+
 # ---------------------------------------------------------------- explore
 def test_explore_picks_the_lowest_load_cost_not_the_fewest_requests() -> None:
     """1 ms per uncached token, 10 ms per output token:
@@ -208,7 +232,7 @@ def test_every_choice_is_e2s_rule_over_a_reference_load_cost(
         r = req(f"r{len(sent)}", prefix=prefix, shared=shared if prefix else 0, unique=unique,
                 output=output, at_s=now_s)  # fmt: skip
         candidates = [w for w in W3 if w not in down] or W3
-        match = d.prefixes.match(r.prompt_key)
+        match = d.placed.match(r.prompt_key)
         holders = [w for w in candidates if w in match.owners]
         pool = holders if holders and match.tokens > r.input_tokens / 2 else candidates
         worker = d.choose(r, candidates)
