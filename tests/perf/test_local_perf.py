@@ -77,7 +77,7 @@ class MatchFeed:
 
     def __call__(self, req: Request) -> int:
         tokens = self.cache.match_len(req.prompt_key)
-        ticket = self.cache._trie.matches.kept.get(req.prompt_key)
+        ticket = self.cache.kept_matches.get(req.prompt_key)
         if ticket is not None:
             self.holders.setdefault(ticket, []).append(req)
         return tokens
