@@ -201,6 +201,11 @@ class ServiceLedger:
         self._expiry: list[tuple[float, str]] = []
         """(due time, client): a heap of when clients have history to drop, so a sample
         touches only those (entries whose time is no longer in ``_due`` are stale)."""
+        self._later: list[tuple[float, str]] = []
+        """Entries of clients visited since the last sample, pushed back once its pruning
+        is over (one may be due at that very horizon: a run ending there)."""
+        self._horizon_s = -math.inf
+        """The last sample's horizon: history before it is dropped (:meth:`prune`)."""
 
     # ------------------------------------------------------------------ events
     def add_client(self, name: str, weight: float, now_s: float) -> None:
@@ -258,9 +263,12 @@ class ServiceLedger:
         history.busy += 1
 
     def idle(self, name: str, now_s: float) -> None:
-        """One of ``name``'s requests left the host."""
+        """One of ``name``'s requests left the host (none inside: nothing changes; such a
+        call used to move the end of the client's last run, perhaps one already dropped)."""
         history = self.clients[name]
-        history.busy = max(0, history.busy - 1)
+        if history.busy == 0:
+            return
+        history.busy -= 1
         if history.busy == 0:
             self._busy.pop(name, None)
             if history.runs:
@@ -271,15 +279,21 @@ class ServiceLedger:
                     self._schedule(name, history)
 
     def sample(
-        self, now_s: float, backlogged: Iterable[str] | None = None, every_client: bool = False
-    ) -> None:
+        self, now_s: float, backlogged: Iterable[str] | None = None, every_client: bool = False,
+        prune_visits: float = math.inf,
+    ) -> bool:  # fmt: skip
         """Record who is backlogged now (call periodically) and drop what fell out of reach.
 
         By default a client is backlogged while it has a request inside the host
         (:meth:`busy`) and the sample holds those clients' cumulative service only (what
         the service gap reads). A host with a narrower notion passes ``backlogged`` (the
         simulator: a call waiting in some queue, DESIGN §7); ``every_client`` keeps every
-        client's cumulative (a report that also reads rates off the samples)."""
+        client's cumulative (a report that also reads rates off the samples).
+
+        ``prune_visits`` bounds the clients whose history is dropped now; True means some
+        is left, for :meth:`prune` (an event loop's host drops it over several turns: a
+        busy host has that many clients' requests leave the window every second). Until
+        then the ledger keeps history no read reaches: every answer is the same."""
         clients = self.clients
         marked = frozenset(self._busy if backlogged is None else backlogged)
         if every_client:
@@ -289,8 +303,16 @@ class ServiceLedger:
         else:
             cumulative = {n: h.cumulative for n, h in clients.items() if n in marked}
         self.samples.append(ServiceSample(now_s, cumulative, marked))
-        if self.max_window_s != math.inf:
-            self._prune(now_s - self.max_window_s)
+        if self.max_window_s == math.inf:
+            return False
+        self._horizon_s = max(self._horizon_s, now_s - self.max_window_s)  # never back
+        self._flush_later()  # what the last sample left due at its horizon: due again now
+        return self.prune(prune_visits)
+
+    def prune(self, visits: float = math.inf) -> bool:
+        """Drop what the last sample left to drop, up to ``visits`` clients' worth; True
+        while some is left."""
+        return self._prune(self._horizon_s, visits)
 
     # ------------------------------------------------------------------ reads
     def cumulative(self, name: str) -> float:
@@ -409,25 +431,47 @@ class ServiceLedger:
             self._touched = set()
         return cache
 
-    def _prune(self, horizon_s: float) -> None:
+    def _prune(self, horizon_s: float, visits: float = math.inf) -> bool:
         """Drop the samples, points and runs that no read can reach any more: only the
         clients whose due time the horizon passed are visited (what :meth:`_prune_full`
-        does to every client, with the same result)."""
+        does to every client, with the same result), ``visits`` at most. True while some
+        are left."""
         while self.samples and self.samples[0].t_s < horizon_s:
             self.samples.popleft()
         expiry, due, clients = self._expiry, self._due, self.clients
-        visited: list[str] = []
-        while expiry and expiry[0][0] <= horizon_s:
-            due_s, name = heapq.heappop(expiry)
-            if due.get(name) == due_s:
+        heappop, inf = heapq.heappop, math.inf
+        later = self._later
+        while expiry and expiry[0][0] <= horizon_s:  # _drop_before and _schedule, inlined
+            if visits <= 0:
+                return True
+            visits -= 1
+            due_s, name = heappop(expiry)
+            if due.get(name) != due_s:
+                continue  # stale: forgotten, or scheduled earlier since
+            history = clients[name]
+            points, runs = history.points, history.runs
+            while len(points) > 1 and points[1][0] <= horizon_s:
+                points.popleft()
+            while runs and runs[0][1] < horizon_s:
+                runs.popleft()
+            next_s = points[1][0] if len(points) > 1 else inf
+            if runs and runs[0][1] < next_s:
+                next_s = runs[0][1]
+            if next_s == inf:
                 del due[name]
-                _drop_before(clients[name], horizon_s)
-                visited.append(name)
-        for name in visited:  # after the loop: a run ending at the horizon is due again now
-            self._schedule(name, clients[name])
+            else:
+                due[name] = next_s
+                later.append((next_s, name))
+        self._flush_later()
         if len(expiry) > 4 * len(due) + 64:
             self._expiry = [(t_s, n) for t_s, n in expiry if due.get(n) == t_s]
             heapq.heapify(self._expiry)
+        return False
+
+    def _flush_later(self) -> None:
+        for entry in self._later:
+            heapq.heappush(self._expiry, entry)
+        self._later = []
 
     def _prune_full(self, horizon_s: float) -> None:
         """:meth:`_prune` by walking every client (the tests compare the two)."""

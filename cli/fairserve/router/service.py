@@ -26,7 +26,7 @@ import aiohttp
 from fairserve.core.errors import ConfigError
 from fairserve.core.openai_api import ApiError
 from fairserve.router import persist
-from fairserve.router.accounting import Accounting
+from fairserve.router.accounting import PRUNE_VISITS, Accounting
 from fairserve.router.caches import FED_TREE_SLACK as FED_TREE_SLACK
 from fairserve.router.caches import WorkerCaches
 from fairserve.router.config import RouterConfig
@@ -301,7 +301,10 @@ class Router:
         every sample, they hold the loop 0.3-5 ms, and the tuples among the survivors
         (most of the ledger's history) leave the collector's sight, so a full
         collection walks far fewer objects."""
-        self.accounting.sample(time.monotonic())
+        more = self.accounting.sample(time.monotonic(), PRUNE_VISITS)
+        while more:  # the history that left the window, dropped a slice per turn
+            await asyncio.sleep(0)
+            more = self.accounting.prune(PRUNE_VISITS)
         gc.collect(1)
 
     # ------------------------------------------------------------------ quanta
