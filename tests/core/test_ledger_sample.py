@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fairserve.core.ledger import ServiceLedger, WindowView
+from fairserve.core.ledger import ServiceLedger
+from fairserve.core.ledger_view import WindowView
 from fairserve.core.metrics import ServiceSample
 
 NAMES = ("a", "b", "c")

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from fairserve.core.ledger import ServiceLedger, WindowView
+from fairserve.core.ledger import ServiceLedger
+from fairserve.core.ledger_view import WindowView
 
 
 def _figures(view: WindowView) -> tuple[object, ...]:

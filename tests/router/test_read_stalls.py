@@ -16,7 +16,7 @@ import aiohttp
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairserve.core.ledger import finish, view_steps
+from fairserve.core.ledger_view import finish, view_steps
 from fairserve.router.config import RouterConfig
 from fairserve.router.server import RouterServer
 from fairserve.router.service import Router

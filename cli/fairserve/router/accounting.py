@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fairserve.core.counters import TokenCounts
-from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger, WindowParts, WindowView
+from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger
+from fairserve.core.ledger_view import WindowParts, WindowView
 from fairserve.core.metrics import percentile
 from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
 from fairserve.sched.base import MAX_CLIENTS
@@ -399,7 +400,7 @@ class Accounting:
         return self.ledger.window(window_s, now_s)
 
     def window_parts(self, now_s: float, window_s: float = DEFAULT_WINDOW_S) -> WindowParts:
-        """What :meth:`window` is computed from, copied now (``ledger.view_steps``)."""
+        """What :meth:`window` is computed from, copied now (``ledger_view.view_steps``)."""
         return self.ledger.window_parts(window_s, now_s)
 
     def jain_index(

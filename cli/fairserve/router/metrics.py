@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -33,7 +34,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from fairserve.core.ledger import Steps, finish
+from fairserve.core.ledger_view import Steps, finish
 from fairserve.router.accounting import OTHER as OTHER
 from fairserve.router.accounting import Accounting, Histogram, Totals
 
@@ -216,26 +217,29 @@ def _tokens(rows: Rows) -> Metric:
     return family
 
 
-def _latency(rows: Rows) -> Metric:
-    family = HistogramMetricFamily(
-        PREFIX + "request_latency_seconds",
-        "End-to-end latency seen by the router.",
-        labels=["client"],
-    )
-    for label, t in rows:
-        family.add_metric([label], _buckets(t.latency), t.latency.total_s)
-    return family
+def _histogram(
+    name: str, documentation: str, of: Callable[[Totals], Histogram]
+) -> Callable[[Rows], Metric]:
+    """A per-client histogram family of ``of(totals)``."""
+
+    def family_of(rows: Rows) -> Metric:
+        family = HistogramMetricFamily(PREFIX + name, documentation, labels=["client"])
+        for label, t in rows:
+            histogram = of(t)
+            family.add_metric([label], _buckets(histogram), histogram.total_s)
+        return family
+
+    return family_of
 
 
-def _ttft(rows: Rows) -> Metric:
-    family = HistogramMetricFamily(
-        PREFIX + "time_to_first_token_seconds",
-        "Time to the first output token (streams) or the answer (non-streamed).",
-        labels=["client"],
-    )
-    for label, t in rows:
-        family.add_metric([label], _buckets(t.ttft), t.ttft.total_s)
-    return family
+_latency = _histogram(
+    "request_latency_seconds", "End-to-end latency seen by the router.", attrgetter("latency")
+)
+_ttft = _histogram(
+    "time_to_first_token_seconds",
+    "Time to the first output token (streams) or the answer (non-streamed).",
+    attrgetter("ttft"),
+)
 
 
 CLIENT_FAMILIES: tuple[Callable[[Rows], Metric], ...] = (

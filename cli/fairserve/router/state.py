@@ -22,14 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import fairserve
 from fairserve.api.jsonsafe import json_safe as json_safe  # the one rule; handlers import it here
-from fairserve.core.ledger import (
-    DEFAULT_WINDOW_S,
-    SERVICE_UNIT,
-    Steps,
-    WindowView,
-    finish,
-    view_steps,
-)
+from fairserve.core.ledger import DEFAULT_WINDOW_S
+from fairserve.core.ledger_view import SERVICE_UNIT, Steps, WindowView, finish, view_steps
 from fairserve.router.accounting import ClientStats, client_figures
 from fairserve.router.identity import auth_mode
 from fairserve.router.upstream import Upstream
