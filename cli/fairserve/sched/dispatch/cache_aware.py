@@ -63,7 +63,7 @@ class CacheAware(Dispatcher):
     """Longest-match worker while the load is balanced, else the least loaded."""
 
     name = "cache-aware"
-    description = "longest cached prefix while load is balanced (Preble/sglang-router, unfair)"
+    description = "longest cached prefix while load is balanced (sglang-router cache_aware, unfair)"
     config: CacheAwareParams
 
     def _init_state(self) -> None:
