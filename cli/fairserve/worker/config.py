@@ -90,12 +90,14 @@ def max_running_requests(profile: Profile) -> int:
     tokens each running request brings to a step (:data:`STEP_TOKENS_PER_REQUEST`): with
     chunked prefill a step carries the running requests' decode tokens *and* the new
     prompts' chunks. Beyond it every running request, light tenants' included, waits
-    longer than twice its unloaded step time for little more throughput. Measured with
+    longer than twice its unloaded step time, for more throughput. Measured with
     ``tests/perf/soak_router.py`` (2 workers, ``--speed 0.05``, 2x overload): the knee in
     decode tokens alone (259 requests for ``a100-llama-3-8b``) gave light clients a p99 of
-    85 s, this bound (52) 28 s; saturated throughput 7.8 against 6.6 req/s (-15 %), wall
-    seconds at that speed. Kept within [32, 1024]. The simulator
-    (``fairserve simulate``) keeps the profile's own value, so its records do not change.
+    85 s, this bound (52) 28 s. Saturated throughput is the price: 6.24 against 9.86 req/s
+    (0.63), wall seconds at that speed, measured back to back by the soak's calibration
+    (150 s of closed-loop senders, 1.25x the running bounds). Kept within [32, 1024]. The
+    simulator (``fairserve simulate``) keeps the profile's own value, so its records do not
+    change.
     """
     if profile.max_running_requests is not None:
         return profile.max_running_requests
