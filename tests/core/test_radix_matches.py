@@ -14,6 +14,7 @@ from hypothesis.stateful import invariant, rule
 
 from fairserve.core import radix_matches
 from fairserve.core.radix import RadixTree
+from fairserve.core.radix_node import Ticket
 from tests.core.test_radix import (
     STATEFUL,
     GlobalTreeMachine,
@@ -35,21 +36,36 @@ def kept(tree: RadixTree, key: bytes) -> int | None:
 
 class _Waiting:
     """A waiting queue whose matches are asked for after every step, as a host does at
-    every batching step."""
+    every batching step; the host also holds the ticket each match came from and learns
+    from the drained revocations which ones may have moved (the simulator's feed)."""
 
     tree: RadixTree
     waiting: list[Tokens]
+    tickets: dict[bytes, Ticket]
 
     def reference(self, query: Tokens) -> int:
         raise NotImplementedError
 
     def check_waiting(self) -> None:
+        if not hasattr(self, "tickets"):  # first check: start listing revocations
+            self.tickets = {}
+            self.tree.track_revoked()
+        revoked = self.tree.drain_revoked()
+        assert revoked is not None
+        gone = set(map(id, revoked))
+        for key, ticket in self.tickets.items():
+            # A ticket not listed as revoked still describes the key's match.
+            assert id(ticket) in gone or (
+                ticket.valid and ticket.tokens == self.tree.match_len_walk(key)
+            )
+        self.tickets = {}
         for query in self.waiting:
             key = k(query)
             cached = kept(self.tree, key)
             fresh = self.tree.match_len_walk(key)
             assert cached is None or cached == fresh
             assert self.tree.match_len(key) == fresh == self.reference(query)
+            self.tickets[key] = self.tree.kept_matches[key]
 
 
 class LocalWaiting(LocalCacheMachine, _Waiting):
@@ -224,3 +240,28 @@ def test_keys_nothing_else_holds_are_dropped(monkeypatch: pytest.MonkeyPatch) ->
         tree.match_len(k([1, 2, 3, i]))  # nothing else holds these keys
     assert len(matches) < 12
     assert all(kept(tree, key) == 3 for key in live)
+
+
+def test_revocations_are_listed_once_tracked() -> None:
+    tree = tree_of([1, 2, 3, 4])
+    assert tree.drain_revoked() is None  # not tracking: cannot tell
+    tree.track_revoked()
+    waiting = k([1, 2, 9])
+    assert tree.match_len(waiting) == 2
+    ticket = tree.kept_matches[waiting]
+    assert tree.drain_revoked() == []
+    tree.insert(k([1, 2, 8]))  # splits where the match ends
+    assert tree.drain_revoked() == [ticket]
+    assert tree.drain_revoked() == []
+
+
+def test_too_many_revocations_are_not_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(radix_matches, "MAX_REVOKED", 1)
+    tree = tree_of([1, 2, 3, 4], [5, 6, 7])
+    tree.track_revoked()
+    for key in ([1, 2, 9], [1, 9], [5, 6, 9]):
+        tree.match_len(k(key))
+    tree.insert(k([1, 2, 8]))
+    tree.insert(k([5, 6, 8]))
+    assert tree.drain_revoked() is None
+    assert tree.drain_revoked() == []

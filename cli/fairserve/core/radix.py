@@ -99,6 +99,17 @@ class RadixTree:
         missing or stale ticket: ask :meth:`match_len`). Read only."""
         return self._kept
 
+    def track_revoked(self) -> None:
+        """List the kept matches' revoked tickets from now on (:meth:`drain_revoked`)."""
+        self._trie.matches.track_revoked()
+
+    def drain_revoked(self) -> list[Ticket] | None:
+        """Tickets revoked since the last drain: a host that holds the ticket each waiting
+        request's match came from (:attr:`kept_matches`) learns which matches may have
+        moved. None when not tracking, or when too many were revoked to list
+        (:data:`~fairserve.core.radix_matches.MAX_REVOKED`: any may have moved)."""
+        return self._trie.matches.drain_revoked()
+
     def match_len_walk(self, key: bytes) -> int:
         """:meth:`match_len` by walking the tree, ignoring kept matches (the reference the
         tests and benchmarks compare the kept ones to)."""
@@ -173,7 +184,10 @@ class RadixTree:
                 child = Node(key[pos:], node)
                 ends = node.ends
                 if ends is not None and head in ends:  # matches going on with ``head``
-                    ends.pop(head).valid = False
+                    ticket = ends.pop(head)
+                    ticket.valid = False
+                    if trie.matches.revoked is not None:
+                        trie.matches.revoked.append(ticket)
                 node.children[head] = child
                 trie.shape += 1
                 added = (n - pos) // TOKEN_BYTES

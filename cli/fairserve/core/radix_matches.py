@@ -50,6 +50,11 @@ MAX_KEPT_MATCHES = 1 << 16
 SWEEP_MIN_ENTRIES = 1024
 """Kept matches below which no sweep for orphaned keys runs."""
 
+MAX_REVOKED = 1 << 16
+"""Revocations listed between two drains past which :meth:`MatchCache.drain_revoked`
+answers "cannot tell" (None) instead: a host that drains rarely re-reads everything once
+rather than keeping an unbounded list."""
+
 
 def _refcounts(keys: Iterable[bytes]) -> list[int]:
     return [getrefcount(key) for key in keys]
@@ -64,28 +69,37 @@ INSIDE: None = None
 """The ``head`` of a match that ends part-way along a node's edge."""
 
 
-def revoke(node: Node) -> None:
+Revoked = list[Ticket] | None
+"""Where revocations are listed for a host that asked (:meth:`MatchCache.track_revoked`);
+None: not listed."""
+
+
+def revoke(node: Node, revoked: Revoked = None) -> None:
     """``node`` leaves the tree: every match ending at or inside it is stale."""
-    revoke_inside(node)
+    revoke_inside(node, revoked)
     ends = node.ends
     if ends is not None:
         for ticket in ends.values():
             ticket.revoke()
+        if revoked is not None:
+            revoked.extend(ends.values())
         node.ends = None
 
 
-def revoke_inside(node: Node) -> None:
+def revoke_inside(node: Node, revoked: Revoked = None) -> None:
     """``node``'s edge was split: matches ending inside it may now end above it."""
     inside = node.inside
     if inside is not None:
         for ticket in inside.values():
             ticket.revoke()
+        if revoked is not None:
+            revoked.extend(inside.values())
         node.inside = None
 
 
-def revoke_all(nodes: Iterable[Node]) -> None:
+def revoke_all(nodes: Iterable[Node], revoked: Revoked = None) -> None:
     for node in nodes:
-        revoke(node)
+        revoke(node, revoked)
 
 
 class MatchCache:
@@ -93,13 +107,34 @@ class MatchCache:
     valid ticket also names where the match ends (``node``, ``shared``), so a lock can
     start there instead of walking the key again."""
 
-    __slots__ = ("_sweep_at", "kept", "limit")
+    __slots__ = ("_sweep_at", "kept", "limit", "revoked")
 
     def __init__(self, limit: int = MAX_KEPT_MATCHES) -> None:
         self.kept: dict[bytes, Ticket] = {}
         """The tree reads it directly on its hot path; always the same dict object."""
         self.limit = limit
         self._sweep_at = min(limit, SWEEP_MIN_ENTRIES)
+        self.revoked: Revoked = None
+        """Tickets revoked since the last :meth:`drain_revoked`, once a host asked for them
+        (:meth:`track_revoked`); every revocation of the tree appends here."""
+
+    def track_revoked(self) -> None:
+        """List revocations from now on, for :meth:`drain_revoked` (a host that keeps each
+        waiting request's ticket learns which matches moved without reading them all)."""
+        if self.revoked is None:
+            self.revoked = []
+
+    def drain_revoked(self) -> list[Ticket] | None:
+        """The tickets revoked since the last drain (since :meth:`track_revoked` at first),
+        possibly with repeats; None when not tracking or when more than
+        :data:`MAX_REVOKED` were listed (then any kept match may have moved)."""
+        revoked = self.revoked
+        if revoked is None:
+            return None
+        if not revoked:
+            return revoked[:0]
+        self.revoked = []
+        return None if len(revoked) > MAX_REVOKED else revoked
 
     def __len__(self) -> int:
         return len(self.kept)

@@ -123,7 +123,7 @@ class Trie:
         parent = child.parent
         assert parent is not None
         self.shape += 1
-        revoke_inside(child)  # matches inside its edge may now end in the upper node
+        revoke_inside(child, self.matches.revoked)  # matches inside it may now end above
         upper = Node(child.edge[:cut], parent)
         upper.owners = set(child.owners)
         upper.ref = child.ref
@@ -142,9 +142,10 @@ class Trie:
         self.shape += 1
         parent = node.parent
         assert parent is not None
-        revoke(node)
+        revoked = self.matches.revoked
+        revoke(node, revoked)
         if node.children:  # tickets below it too (also to free nodes and tickets at once)
-            revoke_all(self.subtree(node))
+            revoke_all(self.subtree(node), revoked)
         del parent.children[node.edge[:TOKEN_BYTES]]
         tokens = len(node.edge) // TOKEN_BYTES
         self.total_tokens -= tokens

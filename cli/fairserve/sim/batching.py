@@ -17,6 +17,7 @@ from fairserve.core.types import TOKEN_BYTES, Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
 from fairserve.sim.engine_types import EngineConfig, EngineStats
 from fairserve.sim.kvpool import KVPool, Slot
+from fairserve.sim.match_feed import MatchFeed
 from fairserve.sim.waiting import WaitingQueue
 
 
@@ -80,6 +81,8 @@ class BatchFormer:
         self.waiting = waiting
         self.running = running
         self.stats = stats
+        self.matches = MatchFeed(pool.tree)
+        """The waiting requests' matches across steps, and the moved-match feed."""
 
     def form(self, now_s: float) -> Batch:
         """The batch of the step starting at ``now_s``; admitted slots already run."""
@@ -125,7 +128,6 @@ class BatchFormer:
             return
         cap = self.config.max_running_requests
         pool, waiting, running = self.pool, self.waiting, self.running
-        matches: dict[Request, int] = {}
         # Memory only gets tighter within a step, so once an admission claiming ``c`` tokens
         # was refused, a request needing at least ``c`` without any lock is refused without
         # touching the tree.
@@ -140,8 +142,7 @@ class BatchFormer:
         floor_need = 0
         if chunked and smallest is not None and waiting.all_keyed():
             floor_need = 1 + pool.reservation_of(smallest)
-        get_match = matches.get
-        match_len = pool.prefix_matcher(matches)
+        match_len = self.matches.begin()  # the matches at the decision's start
 
         def answer(req: Request) -> Answer:
             budget = batch.budget_tokens
@@ -158,9 +159,7 @@ class BatchFormer:
                 # without a lock whatever its match (the same answer, without matching)
                 batch.refused.add(id(req))
                 return NO_FIT
-            matched = get_match(req)
-            if matched is None:
-                matched = match_len(req)
+            matched = match_len(req)
             extend = len(key) // TOKEN_BYTES - matched + req.output_tokens
             if not chunked and extend > budget and batch.chunks:
                 return NO_FIT  # the budget frees up next step: not a memory refusal
@@ -176,7 +175,11 @@ class BatchFormer:
             return FIT
 
         decision = self.policy.decide(waiting.requests(), match_len, now_s)
-        waiting.remove_all(answer_all(decision, answer))
+        admitted = answer_all(decision, answer)
+        waiting.remove_all(admitted)
+        left = self.matches.left
+        for req in admitted:
+            left(req)
 
     def _start(self, slot: Slot, batch: Batch, now_s: float, chunked: bool) -> None:
         req = slot.req

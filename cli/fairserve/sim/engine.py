@@ -127,6 +127,7 @@ class Engine:
         req = self.waiting.find(rid)
         if req is not None:
             self.waiting.remove(req)
+            self.former.matches.left(req)
             self.policy.on_abort(req, now_s, was_waiting=True)
             self.stats.aborted += 1
             return req
