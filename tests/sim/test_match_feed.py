@@ -8,10 +8,12 @@ feed's own promises are checked, at every decision of an overloaded run.
 
 from __future__ import annotations
 
+from math import ceil
+
 import pytest
 
 from fairserve.core.radix import RadixTree
-from fairserve.core.types import Request, make_request, tokens_to_key
+from fairserve.core.types import TOKEN_BYTES, Request, make_request, tokens_to_key
 from fairserve.sim.cluster import simulate
 from fairserve.sim.match_feed import FeedMatchLen, MatchFeed
 from tests.sim.test_records_equivalence import CASES
@@ -101,10 +103,13 @@ def test_too_many_revocations_make_every_match_unknown(monkeypatch: pytest.Monke
     assert decision(waiting) == 4
 
 
-def test_held_matches_are_the_trees_at_every_decision(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The overloaded tot run of the equivalence tests, checked at every decision's start:
-    every held match equals a fresh read (so what the feed does not report did not move),
-    and decisions read the feed."""
+@pytest.mark.parametrize("case", ["tot-overload", "dlpm-retracting"])
+def test_held_matches_are_the_trees_at_every_decision(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of the equivalence tests (overloaded; retracting), checked at every decision's
+    start: every held match equals a fresh read (so what the feed does not report did not
+    move), every held claim is the request's, and decisions read the feed."""
     checked = {"held": 0, "decisions": 0, "moved_calls": 0}
     begin, moved = MatchFeed.begin, FeedMatchLen.moved
 
@@ -112,6 +117,10 @@ def test_held_matches_are_the_trees_at_every_decision(monkeypatch: pytest.Monkey
         decision = begin(self)
         for req, held in self.held.items():
             assert held == self.read_unheld(req), req.id
+            remaining = req.max_output_tokens - req.output_tokens
+            reserve = ceil(config.engine.reserve_output_ratio * remaining) if remaining > 0 else 0
+            prompt = len(req.prompt_key) // TOKEN_BYTES
+            assert self.needs[req] == prompt - held + req.output_tokens + reserve, req.id
         checked["held"] += len(self.held)
         checked["decisions"] += 1
         return decision
@@ -120,9 +129,9 @@ def test_held_matches_are_the_trees_at_every_decision(monkeypatch: pytest.Monkey
         checked["moved_calls"] += 1
         return moved(self)  # type: ignore[return-value]
 
+    workload, config, _digest = CASES[case]
     monkeypatch.setattr(MatchFeed, "begin", checking_begin)
     monkeypatch.setattr(FeedMatchLen, "moved", counting_moved)
-    workload, config, _digest = CASES["tot-overload"]
     simulate(workload(), config)
     assert checked["decisions"] > 100 and checked["moved_calls"] > 100
     assert checked["held"] > 10 * checked["decisions"]  # queues long enough to matter

@@ -81,7 +81,7 @@ class BatchFormer:
         self.waiting = waiting
         self.running = running
         self.stats = stats
-        self.matches = MatchFeed(pool.tree)
+        self.matches = MatchFeed(pool.tree, pool.base_ratio)
         """The waiting requests' matches across steps, and the moved-match feed."""
 
     def form(self, now_s: float) -> Batch:
@@ -143,6 +143,11 @@ class BatchFormer:
         if chunked and smallest is not None and waiting.all_keyed():
             floor_need = 1 + pool.reservation_of(smallest)
         match_len = self.matches.begin()  # the matches at the decision's start
+        # With the reservation ratio at its base, a request the decision reads from the
+        # feed has its claim kept there (``needs``): one at or above a refused claim is
+        # refused with one look-up (the refusal below, without recomputing it).
+        settled = chunked and ratio == pool.base_ratio
+        refuse = batch.refused.add
 
         def answer(req: Request) -> Answer:
             budget = batch.budget_tokens
@@ -151,6 +156,11 @@ class BatchFormer:
                 # 0 refuses even an empty extend): every later answer would be a refusal
                 # without side effects, so the decision ends here (EXHAUSTED's contract).
                 return EXHAUSTED
+            if settled and match_len.needs is not None:
+                need = match_len.needs.get(req)
+                if need is not None and need >= refused_need[0] > floor_need:
+                    refuse(id(req))
+                    return NO_FIT
             remaining = req.max_output_tokens - req.output_tokens
             reserve = ceil(ratio * remaining) if remaining > 0 else 0  # pool.reservation
             key = req.prompt_key

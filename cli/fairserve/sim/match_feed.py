@@ -21,6 +21,7 @@ A policy that does not call it gets the old per-decision memo, computed when fir
 from __future__ import annotations
 
 from collections.abc import Iterable
+from math import ceil
 
 from fairserve.core.radix import RadixTree
 from fairserve.core.radix_node import Ticket
@@ -30,13 +31,16 @@ from fairserve.core.types import TOKEN_BYTES, Request
 class FeedMatchLen:
     """One decision's ``match_len``: callable, with ``moved`` (see the module docstring)."""
 
-    __slots__ = ("_feed", "_frozen", "_memo")
+    __slots__ = ("_feed", "_frozen", "_memo", "needs")
 
     def __init__(self, feed: MatchFeed) -> None:
         self._feed = feed
         self._memo: dict[Request, int] = {}
         self._frozen = False
         """``moved()`` was called: answers are the matches at the decision's start."""
+        self.needs: dict[Request, int] | None = None
+        """Once ``moved()`` was called: :attr:`MatchFeed.needs`, what admitting each held
+        request would claim at the base reservation ratio, by its match at the start."""
 
     def __call__(self, req: Request) -> int:
         if self._frozen:
@@ -53,6 +57,7 @@ class FeedMatchLen:
         them by a decision that called ``moved()`` (None: any may); from now on this
         decision answers with the matches as they were at its start."""
         self._frozen = True
+        self.needs = self._feed.needs
         return self._feed.take_moved()
 
 
@@ -60,6 +65,7 @@ class MatchFeed:
     """Matches last answered for waiting requests, valid while their ticket is."""
 
     __slots__ = (
+        "_base_ratio",
         "_by_ticket",
         "_kept",
         "_pending",
@@ -68,14 +74,22 @@ class MatchFeed:
         "_unknown",
         "_untracked",
         "held",
+        "needs",
     )
 
-    def __init__(self, tree: RadixTree) -> None:
+    def __init__(self, tree: RadixTree, base_ratio: float = 1.0) -> None:
         self._tree = tree
         self._kept = tree.kept_matches
+        self._base_ratio = base_ratio
         tree.track_revoked()
         self.held: dict[Request, int] = {}
         """Waiting request -> match last answered, valid as of the last :meth:`begin`."""
+        self.needs: dict[Request, int] = {}
+        """Held request -> tokens its admission claims besides its lock's: the prompt
+        tokens past its held match, its output so far (recomputed after a retraction) and
+        its output reservation at ``base_ratio`` (the pool's ratio when settled). Fixed
+        while it waits with that match, so a host refusing everything above a claim it
+        saw refused reads one number per request instead of recomputing it."""
         self._tickets: dict[Request, Ticket | None] = {}
         """Waiting request -> the ticket its held match came from (None: no prompt, or
         held without one)."""
@@ -93,6 +107,7 @@ class MatchFeed:
         revoked = self._tree.drain_revoked()
         if revoked is None:
             self.held.clear()
+            self.needs.clear()
             self._tickets.clear()
             self._by_ticket.clear()
             self._pending.clear()
@@ -111,9 +126,9 @@ class MatchFeed:
 
     def _drop(self, reqs: Iterable[Request]) -> None:
         """These requests' held matches may have moved: read them again when asked."""
-        held, tickets, pending = self.held, self._tickets, self._pending
+        held, needs, tickets, pending = self.held, self.needs, self._tickets, self._pending
         for req in reqs:
-            del held[req], tickets[req]
+            del held[req], needs[req], tickets[req]
             pending[req] = None
 
     def take_moved(self) -> list[Request] | None:
@@ -128,6 +143,7 @@ class MatchFeed:
     def left(self, req: Request) -> None:
         """``req`` left the waiting queue (admitted or aborted)."""
         if self.held.pop(req, None) is not None:
+            del self.needs[req]
             ticket = self._tickets.pop(req)
             if ticket is not None:
                 holders = self._by_ticket[ticket]
@@ -139,27 +155,30 @@ class MatchFeed:
     def read(self, req: Request) -> int:
         """The match of ``req`` in the tree now, held (with its ticket) from now on."""
         key = req.prompt_key
-        if not key:
-            self.held[req] = 0
-            self._tickets[req] = None
-            return 0
-        ticket = self._kept.get(key)
-        if ticket is None or not ticket.valid:
-            tokens = self._tree.match_len(key)
+        ticket: Ticket | None = None
+        if key:
             ticket = self._kept.get(key)
-            if ticket is None:  # a tree that keeps nothing (the walking reference)
-                cached = self.held[req] = min(tokens, len(key) // TOKEN_BYTES - 1)
-                self._tickets[req] = None
-                self._untracked.append(req)
-                return cached
-        cached = min(ticket.tokens, len(key) // TOKEN_BYTES - 1)
-        self.held[req] = cached
-        self._tickets[req] = ticket
-        holders = self._by_ticket.get(ticket)
-        if holders is None:
-            self._by_ticket[ticket] = {req: None}
+            if ticket is None or not ticket.valid:
+                tokens = self._tree.match_len(key)
+                ticket = self._kept.get(key)
+                if ticket is None:  # a tree that keeps nothing (the walking reference)
+                    self._untracked.append(req)
+            else:
+                tokens = ticket.tokens
+            cached = min(tokens, len(key) // TOKEN_BYTES - 1)
         else:
-            holders[req] = None
+            cached = 0
+        self.held[req] = cached
+        remaining = req.max_output_tokens - req.output_tokens
+        reserve = ceil(self._base_ratio * remaining) if remaining > 0 else 0
+        self.needs[req] = len(key) // TOKEN_BYTES - cached + req.output_tokens + reserve
+        self._tickets[req] = ticket
+        if ticket is not None:
+            holders = self._by_ticket.get(ticket)
+            if holders is None:
+                self._by_ticket[ticket] = {req: None}
+            else:
+                holders[req] = None
         return cached
 
     def read_unheld(self, req: Request) -> int:
