@@ -14,8 +14,11 @@ thread, so its requests/s are capped at one core's worth, while the compiled rou
 spread their work over threads. Prompts: ``--prompt-case sentence|shared|unique|all`` (one
 sentence; about ``--prompt-words`` words, default 2,000, all alike (a shared document);
 as long, no two sharing any text), several cases in the same rounds, with a cross-case
-table at the end; or one case by ``--prompt-words N [--unique-prompts]``. Not a test:
-nothing asserts a speed. The issue-23 comparison::
+table at the end; or one case by ``--prompt-words N [--unique-prompts]``. ``--profile``
+samples where each fairserve router spends its CPU (a CPU-time timer inside the router
+process, see :class:`Sampler`) and prints it as microseconds per request by component
+(:data:`COMPONENTS`) beside the totals. Not a test: nothing asserts a speed. The issue-23
+comparison::
 
     python tests/perf/bench_router.py --harness lean --rounds 3 --prompt-case all \
         --sglang-policy round_robin --sglang-policy cache_aware \
@@ -30,11 +33,15 @@ import contextlib
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import types
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -246,9 +253,113 @@ def wait_sglang_workers(url: str, count: int, timeout_s: float = 30.0) -> None:
     raise RuntimeError("sglang-router did not register the workers")
 
 
-def fairserve_argv(port: int, ups: list[str], extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "fairserve", "router", "--port", str(port), *extra,
+def fairserve_argv(
+    port: int, ups: list[str], extra: list[str], profile: Path | None = None
+) -> list[str]:
+    """``fairserve router``; with ``profile``, under :class:`Sampler` (samples to that file)."""
+    launcher = ["-m", "fairserve"] if profile is None else [__file__, SAMPLED, str(profile)]
+    return [sys.executable, *launcher, "router", "--port", str(port), *extra,
             *(x for url in ups for x in ("--worker-url", url))]  # fmt: skip
+
+
+# ------------------------------------------------------------------ CPU profile (--profile)
+SAMPLED = "--sampled-router"
+"""``bench_router.py --sampled-router FILE router ...``: the router under :class:`Sampler`."""
+SAMPLE_INTERVAL_S = 0.001
+"""CPU time between samples (the kernel's timer tick makes it ~4 ms at HZ=250)."""
+COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("client socket write", ("router/front.py:answer", "router/front.py:write")),
+    ("upstream socket write", ("router/pool.py:send",)),
+    ("request JSON decode", ("core/openai_api.py:parse_json", "core/openai_api.py:_too_deep")),
+    ("request validation", ("core/openai_api.py:", "core/prefix_key.py:", "router/identity.py:")),
+    ("fair queue (DLPM)", ("router/fairqueue.py:", "sched/local/")),
+    ("dispatcher, cache model, trees", ("sched/", "core/radix", "router/caches.py:")),
+    ("accounting, ledger", ("router/accounting.py:", "core/ledger")),
+    ("answer JSON, usage", ("router/relay.py:",)),
+    ("answer head, framing (recv incl.)", ("router/pool.py:data_received", "router/pool.py:_",
+                                           "router/framing.py:", "router/http11.py:parse_resp")),
+    ("request head (recv incl.)", ("router/front.py:data_received", "router/front.py:_next",
+                                   "router/front.py:_parse_head", "router/http11.py:")),
+    ("lifecycle, feeds, slots", ("router/lifecycle.py:", "router/feeds.py:", "router/slots.py:")),
+    ("prepare_call, rest", ("router/handlers.py:",)),
+    ("proxy, pool, front (glue)", ("router/proxy.py:", "router/pool.py:", "router/front.py:",
+                                   "router/service.py:")),
+)  # fmt: skip
+"""(component, prefixes of ``module:function`` under ``fairserve/``): a sample counts for the
+component of its innermost fairserve frame that matches one, helpers in :data:`NEUTRAL`
+skipped (they count for their caller); the rest is the event loop's (``OTHER``). Socket
+writes are the kernel's loopback work; a read is the first line of ``data_received``."""
+NEUTRAL = ("sched/base.py:", "core/types.py:", "core/cost.py:", "core/openai_api.py:decode_whole")
+OTHER = "event loop, other"
+
+
+def component(where: str) -> str | None:
+    """The component of a frame at ``where`` (``module:function`` under ``fairserve/``);
+    None: neutral or none (the caller decides)."""
+    if where.startswith(NEUTRAL):
+        return None
+    return next((name for name, prefixes in COMPONENTS if where.startswith(prefixes)), None)
+
+
+class Sampler:
+    """A CPU-time sampling profiler for the router process: every ``SAMPLE_INTERVAL_S`` of
+    its CPU time (``ITIMER_PROF``: user and system, so socket writes count) the stack is
+    read and counted for its :func:`component`. ``SIGUSR1`` clears the counts and starts
+    sampling, ``SIGUSR2`` stops and writes them to ``out`` (JSON): the bench brackets each
+    measured load with them. Samples land at the next bytecode, so a read's system time
+    counts for the first line of the ``data_received`` it feeds."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.counts: Counter[str] = Counter()
+        self._of_code: dict[types.CodeType, str | None] = {}
+
+    def install(self) -> None:
+        signal.signal(signal.SIGUSR1, self._start)
+        signal.signal(signal.SIGUSR2, self._stop)
+
+    def _start(self, *_: object) -> None:
+        self.counts.clear()
+        signal.signal(signal.SIGPROF, self._sample)
+        signal.setitimer(signal.ITIMER_PROF, SAMPLE_INTERVAL_S, SAMPLE_INTERVAL_S)
+
+    def _stop(self, *_: object) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        partial_out = self.out.with_suffix(".part")
+        partial_out.write_text(json.dumps(self.counts))
+        partial_out.replace(self.out)  # whole or absent for the reader
+
+    def _sample(self, _sig: int, frame: types.FrameType | None) -> None:
+        found: str | None = None
+        while frame is not None and found is None:
+            found = self._component(frame.f_code)
+            frame = frame.f_back
+        self.counts[found or OTHER] += 1
+
+    def _component(self, code: types.CodeType) -> str | None:
+        if code not in self._of_code:
+            _, sep, module = code.co_filename.rpartition("fairserve/")
+            self._of_code[code] = component(f"{module}:{code.co_name}") if sep else None
+        return self._of_code[code]
+
+
+def sampled_router(out: Path, argv: list[str]) -> int:
+    """Run ``fairserve ARGV`` under a :class:`Sampler` writing to ``out``."""
+    Sampler(out).install()
+    from fairserve.commands.app import main as fairserve_main
+
+    sys.argv = ["fairserve", *argv]
+    fairserve_main()  # exits
+
+
+def read_samples(proc: subprocess.Popen[bytes], out: Path, timeout_s: float = 10.0) -> Counter[str]:
+    """Stop ``proc``'s sampler and read what it counted (empty if it never wrote)."""
+    out.unlink(missing_ok=True)
+    proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + timeout_s
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return Counter(json.loads(out.read_text())) if out.exists() else Counter()
 
 
 def sglang_argv(port: int, ups: list[str], policy: str, module: str) -> list[str]:
@@ -354,18 +465,24 @@ def measure(
     args: argparse.Namespace,
     procs: list[subprocess.Popen[bytes]],
     case: PromptCase,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """One case in one round: under load, then (``--single-duration`` > 0) one client.
 
     ``procs``: the router's processes, whose CPU per request (warm-up included, divided by
     every request sent) is reported: what the router costs, apart from how many cores it
-    can use."""
+    can use. ``profile``: the router runs under a :class:`Sampler` writing there; its
+    samples of the loaded phase are reported (``samples``: component -> count)."""
     _uvloop()
+    if profile is not None:
+        procs[0].send_signal(signal.SIGUSR1)
     cpu0 = cpu_s(procs)
     out = {"load": asyncio.run(load(urls, args, args.concurrency, case))}
     if procs:
         sent = out["load"]["sent"]
         out["load"]["cpu_us_per_request"] = (cpu_s(procs) - cpu0) / sent * 1e6 if sent else None
+    if profile is not None:
+        out["load"]["samples"] = dict(read_samples(procs[0], profile))
     if args.single_duration > 0:
         out["single"] = asyncio.run(load(urls, args, 1, case))
     return out
@@ -403,6 +520,9 @@ def compiled_routers(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [SAMPLED]:
+        return sampled_router(Path(argv[1]), argv[2:])
     args = _parser().parse_args(argv)
     if args.render is not None:
         saved = json.loads(args.render.read_text())
@@ -420,7 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     procs: dict[str, list[subprocess.Popen[bytes]]] = {"direct": []}
     cases = prompt_cases(args)
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in cases}
+    profiles: dict[str, Path] = {}
     with contextlib.ExitStack() as stack:
+        samples_dir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for port, url in zip(ports, upstreams, strict=True):
             stack.enter_context(process([*me, "--serve-upstream", str(port)], url + "/health"))
         main_args = ["--dispatch", args.dispatch, "--router-queue", args.router_queue]
@@ -434,7 +556,10 @@ def main(argv: list[str] | None = None) -> int:
             name, _, extra = variant.partition("=")
             routers.append((f"fairserve-{name}", CLI_DIR, extra.split()))
         for name, cli, extra in routers:
-            argv_of = partial(fairserve_argv, ups=upstreams, extra=extra)
+            if args.profile:
+                profiles[name] = samples_dir / f"{name}.json"
+            profile = profiles.get(name)
+            argv_of = partial(fairserve_argv, ups=upstreams, extra=extra, profile=profile)
             url, proc = _start(stack, argv_of, cli)
             targets[name], procs[name] = [url], [proc]
         for launcher, policy in compiled_routers(args):
@@ -447,7 +572,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for case in cases:
-                measured = {name: measure(targets[name], args, procs[name], case) for name in order}
+                measured = {
+                    name: measure(targets[name], args, procs[name], case, profiles.get(name))
+                    for name in order
+                }
                 rounds[case[0]].append(measured)
     reports = [
         summarise(rounds[name], args, (name, words, unique)) for name, words, unique in cases
@@ -501,6 +629,9 @@ def _parser() -> argparse.ArgumentParser:
         help="Also run smg (sglang-router's successor, PyPI, the perf extra) with this "
         "--policy, repeatable (default: not run).")  # fmt: skip
     add("--skip-sglang", action="store_true", help="Run neither sglang-router nor smg.")
+    add("--profile", action="store_true",
+        help="Sample where each fairserve router spends its CPU under load and print it as "
+        "us per request by component (a CPU-time timer in the router process).")  # fmt: skip
     add("--json", action="store_true")
     add("--render", type=Path, metavar="JSON",
         help="Print the tables of a saved --json report and exit.")  # fmt: skip
@@ -529,6 +660,10 @@ def summarise(
             "single_p50_ms": _median(x["p50_ms"] for x in single),
             "single_p99_ms": _median(x["p99_ms"] for x in single),
         }
+        if any("samples" in x for x in loaded):
+            samples = [x.get("samples", {}) for x in loaded]
+            cases[name]["profile_us"] = profile_us(samples, cases[name]["cpu_us_per_request"])
+            cases[name]["profile_samples"] = sum(sum(x.values()) for x in samples)
     per_round: dict[str, list[float]] = {}
     for r in rounds:
         for key, value in _ratios(r).items():
@@ -547,6 +682,18 @@ def summarise(
     return {**{k: getattr(args, k) for k in keys}, "prompt_case": name, "prompt_words": words,
             "unique_prompts": unique, "cpus": os.cpu_count(), "cases": cases,
             "ratios": ratios, "per_round": rounds}  # fmt: skip
+
+
+def profile_us(samples: list[dict[str, int]], cpu_us: float | None) -> dict[str, float]:
+    """Component -> CPU us per request: the rounds' samples summed, as shares of ``cpu_us``
+    (the median CPU per request), largest first."""
+    total: Counter[str] = Counter()
+    for counts in samples:
+        total.update(counts)
+    count = sum(total.values())
+    if not count or cpu_us is None:
+        return {}
+    return {name: n / count * cpu_us for name, n in total.most_common()}
 
 
 def _median(values: Any) -> float | None:
@@ -601,10 +748,29 @@ def render(report: dict[str, Any]) -> str:
                      f"{c['p50_ms']:7.2f} {c['p99_ms']:7.2f} {c['single_p50_ms'] or 0:12.2f} "
                      f"{c['single_p99_ms'] or 0:6.2f} {c['errors']:6d} "
                      f"{_fmt(c['cpu_us_per_request']):>10}")  # fmt: skip
+    lines.extend(render_profile(report))
     lines.append(f"{'ratio (per round)':50} {'median':>8} {'min':>8} {'max':>8}")
     for name, v in report["ratios"].items():
         lines.append(f"{name:50} {v['median']:8.3f} {v['min']:8.3f} {v['max']:8.3f}")
     return "\n".join(lines)
+
+
+def render_profile(report: dict[str, Any]) -> list[str]:
+    """Lines of the CPU-profile table (``--profile``): us per request by component, one
+    column per profiled router; none without profiles."""
+    profiled = {n: c["profile_us"] for n, c in report["cases"].items() if c.get("profile_us")}
+    if not profiled:
+        return []
+    names = [name for name, _ in COMPONENTS] + [OTHER]
+    counts = ", ".join(f"{n} {report['cases'][n]['profile_samples']:,}" for n in profiled)
+    head = f"CPU us/request by component ({counts} samples)"
+    lines = [head, f"{'':40}" + "".join(f" {n:>16}" for n in profiled)]
+    for name in names:
+        cells = "".join(f" {p.get(name, 0.0):16.1f}" for p in profiled.values())
+        lines.append(f"{name:40}{cells}")
+    totals = "".join(f" {sum(p.values()):16.1f}" for p in profiled.values())
+    lines.append(f"{'total':40}{totals}")
+    return lines
 
 
 _CASE_LABELS = {"sentence": "one sentence", "shared": "{} words, shared",
