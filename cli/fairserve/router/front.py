@@ -4,8 +4,8 @@ everything else on aiohttp.
 Why: with fast upstreams, aiohttp's server side (a request object, header multidicts, a
 payload stream, a task, a writer and a response object per request, routing, middleware)
 was about a third of the router's CPU per proxied request. The front serves the requests
-that matter for throughput itself, with one buffer, one header mapping and one task per
-request, and one write per answer.
+that matter for throughput itself, with one buffer and one header mapping per request, one
+task per connection, and one write per answer.
 
 **What the front serves.** ``POST`` to ``/v1/chat/completions``, ``/v1/completions`` or
 ``/generate`` over HTTP/1.0 or 1.1, with a ``Content-Length`` body within the size limit
