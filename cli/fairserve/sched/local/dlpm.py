@@ -56,10 +56,14 @@ left, or whose match moved (O(log n) each), and sorts everything (O(n log n)) on
 host's list is not the queue those events describe. Each pass of Algorithm 1 is one loop
 with O(1) work per request (CHECKREFILL keeps the set of queued clients with credit
 incrementally, see :mod:`~fairserve.sched.local.dlpm_pass`), and a later pass visits only
-the requests the previous one skipped for deficit. What stays O(waiting) per decision is
-the host's side of the contract: one ``match_len`` per request and, unless it answers
-``EXHAUSTED``, one answer per request asked. Figures, matching included, in
-``tests/perf`` (``bench_sched.py --only select``).
+the requests the previous one skipped for deficit. A host whose ``match_len`` says which
+matches moved (``moved()``, :data:`~fairserve.sched.local.lpm_index.MovedMatches`; the
+simulator's :mod:`~fairserve.sim.match_feed`) is asked only about those and the arrivals.
+What stays O(waiting) per decision: the walks and the fill, one Python step per request,
+and, unless the host answers ``EXHAUSTED``, one question per request that the deficits
+let through (under overload nearly every waiting request, most refused at once: the fill
+offers every skipped request). Figures, matching included, in ``tests/perf``
+(``bench_sched.py --only select``).
 """
 
 from __future__ import annotations
