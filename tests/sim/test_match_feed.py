@@ -135,3 +135,17 @@ def test_held_matches_are_the_trees_at_every_decision(
     simulate(workload(), config)
     assert checked["decisions"] > 100 and checked["moved_calls"] > 100
     assert checked["held"] > 10 * checked["decisions"]  # queues long enough to matter
+
+
+def test_settling_without_a_decision_keeps_the_revocations_short() -> None:
+    """Batch formations that decide nothing (nothing fits) still drain the tree's list."""
+    tree = RadixTree()
+    tree.insert(tokens_to_key([1, 2, 3, 4]))
+    feed = MatchFeed(tree)
+    waiting = _req("a", [1, 2, 3, 9, 9])
+    _feed_decision(feed)(waiting)
+    tree.insert(tokens_to_key([1, 2, 3, 9]))
+    feed.settle()
+    assert tree.drain_revoked() == []
+    decision = feed.begin()
+    assert decision.moved() == [waiting]  # still reported to the next decision

@@ -125,6 +125,7 @@ class BatchFormer:
 
     def _admit(self, batch: Batch, now_s: float, chunked: bool) -> None:
         if not self.waiting or not self.may_fit_any():
+            self.matches.settle()
             return
         cap = self.config.max_running_requests
         pool, waiting, running = self.pool, self.waiting, self.running

@@ -102,8 +102,14 @@ class MatchFeed:
         """Held without a ticket (the tree kept none): dropped at the next decision."""
 
     def begin(self) -> FeedMatchLen:
-        """A decision starts: drop the held matches whose ticket was revoked since the last
-        decision (and those held without one), and return the decision's ``match_len``."""
+        """A decision starts: :meth:`settle`, and return the decision's ``match_len``."""
+        self.settle()
+        return FeedMatchLen(self)
+
+    def settle(self) -> None:
+        """Drop the held matches whose ticket was revoked since the last call (and those
+        held without one). The engine calls it at every batch formation, also one that
+        decides nothing, so the tree's list of revocations stays short."""
         revoked = self._tree.drain_revoked()
         if revoked is None:
             self.held.clear()
@@ -122,7 +128,6 @@ class MatchFeed:
                 holders = by_ticket.pop(ticket, None)
                 if holders is not None:
                     self._drop(holders)
-        return FeedMatchLen(self)
 
     def _drop(self, reqs: Iterable[Request]) -> None:
         """These requests' held matches may have moved: read them again when asked."""
