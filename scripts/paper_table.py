@@ -3,6 +3,7 @@
 
     python scripts/paper_table.py          # every row (several minutes on 2 cores)
     python scripts/paper_table.py --fast   # the rows CI runs (tests/docs/test_paper_table.py)
+    python scripts/paper_table.py --only doubleq  # one paper's rows, the others kept
     python scripts/paper_table.py --out -  # print instead of writing
 
 One row per published result of VTC, DLPM, DoubleQ, Justitia and the throughput-optimal
@@ -435,10 +436,21 @@ LPM_IS_SJF = (
     "client takes from the others for fairness to give back, and any fair order departs from "
     "LPM's: DLPM serves a client's cache hits after the other clients' document prefills "
     "while it repays its own miss (good clients' cache hits' TTFT p50: {hit_dq:.2f} s "
-    "under DoubleQ against {hit_ca:.2f} s under cache-aware). Measured at Q^u 512 (default), "
-    "2000, 8000, 32000 (the paper's Fig. 1 values): p99 21.7-26.6 s against cache-aware's "
-    "21.8 s, never 1.05x lower; fill patience 8 to inf and Q^w 2^15 to inf change nothing. The "
-    "paper names long-QA S2 DoubleQ's worst case (§6.2)"
+    "under DoubleQ against {hit_ca:.2f} s under cache-aware). The paper names long-QA S2 "
+    "DoubleQ's worst case (§6.2)"
+)
+TOT_S2_WHY = (
+    "every client, the well-behaved ones too, is offered more than its share: all four are "
+    "backlogged at once {all_backlogged:.0%} of the 300 s of arrivals, so a fair scheduler "
+    "holds each to its share and the well-behaved clients' tail is their own backlog, which "
+    "fairness cannot shorten; the local order then sets the tail: under the same cache-aware "
+    "dispatch the good clients' p99 is {dlpm:.0f} s with DLPM (DoubleQ's), {lpm:.0f} s with "
+    "LPM, {fcfs:.0f} s with FCFS, against Preble's {preble:.0f} s. A fixed Q^w of 2^23 gives "
+    "{sticky:.0f} s ({sticky_gain:.2f}x lower than Preble's) by keeping the misbehaving client "
+    "on the one worker caching its prefix and the well-behaved clients on the other three: "
+    "Theorem A.5's unbalanced dispatch rather than the paper's even sharing (Fig. 9: every "
+    "client's service spread over the 4 GPUs), which costs tree-of-thought S1 its throughput. "
+    "Every fixed Q^w from 2,048 to 2^21 is below 1 here too (0.71-0.87x, measured 2026-12-06)"
 )
 AVERAGE_WHY = {
     "p99-ca": "below 2x (per scenario in the setting column)",
@@ -510,19 +522,26 @@ def good_hit_ttft_p50_s(sim: Any) -> float:
     return percentile(ttfts, 50)
 
 
+RULE_K = 32.0
+"""``worker_quantum_requests`` of the ``doubleq-rule`` runs (the dispatcher's
+``RULE_WORKER_QUANTUM_REQUESTS``): DoubleQ with ``Q^w`` = 32 of each client's mean calls,
+reported beside the default (fixed ``Q^w``) in the settings."""
+PAIR_PARAMS: dict[str, dict[str, Any]] = {"doubleq-rule": {"worker_quantum_requests": RULE_K}}
+RULE = f"with the Q^w rule (worker_quantum_requests {RULE_K:g})"
 DOUBLEQ_PAIRS = {
     "doubleq": ("dlpm", "doubleq"),
+    "doubleq-rule": ("dlpm", "doubleq"),
     "preble": ("preble", "preble-e2"),
     "preble-ca": ("preble", "cache-aware"),
     "cache-aware-lpm": ("lpm", "cache-aware"),
     "rr-lpm": ("lpm", "round-robin"),
     "vtc-client-rr": ("vtc", "client-rr"),
 }
-"""The systems of §6: DoubleQ, the paper's Preble (its priority-group local scheduler
-behind its E2 global scheduler, see PREBLE_MODEL), the same local scheduler behind
-cache-aware dispatch and cache-aware + LPM (sglang-router's rule with SGLang's default
-order): the earlier stand-ins for Preble, kept in the settings), RR+LPM and VTC behind
-client round robin."""
+"""The systems of §6: DoubleQ (at its defaults, and with the Q^w rule), the paper's Preble
+(its priority-group local scheduler behind its E2 global scheduler, see PREBLE_MODEL), the
+same local scheduler behind cache-aware dispatch and cache-aware + LPM (sglang-router's
+rule with SGLang's default order): the earlier stand-ins for Preble, kept in the
+settings), RR+LPM and VTC behind client round robin."""
 PREBLE_MODEL = (
     "Preble is modelled as its local scheduler (`preble`: 10 priority groups by cache-hit "
     "ratio, group g admitting up to (g+1)·10 requests in its turn, first come first served "
@@ -565,7 +584,7 @@ class DoubleQRun:
 
 
 def doubleq_runs(
-    name: str, pairs: dict[str, tuple[str, str]] | None = None
+    name: str, pairs: dict[str, tuple[str, str]] | None = None, **dispatch_params: Any
 ) -> dict[str, DoubleQRun]:
     """Per system, the scenario run until every call finished: throughput is the same work
     over the time each system takes to serve it (the paper's Fig. 9 measures to the end of
@@ -578,7 +597,7 @@ def doubleq_runs(
     for key, (policy, dispatch) in (pairs or DOUBLEQ_PAIRS).items():
         report, sim = simulate(
             workload, policy, dispatch, workers=DOUBLEQ_WORKERS, profile=DOUBLEQ_PROFILE,
-            drain=True,
+            drain=True, dispatch_params={**dispatch_params, **PAIR_PARAMS.get(key, {})},
         )  # fmt: skip
         runs[key] = DoubleQRun(report, sim, good_mean_latency_s(name, sim))
     return runs
@@ -594,6 +613,27 @@ def long_qa_s2_why(runs: dict[str, DoubleQRun]) -> str:
         **{p: r.p99_s for p, r in local.items()},
         hit_dq=good_hit_ttft_p50_s(runs["doubleq"].sim),
         hit_ca=good_hit_ttft_p50_s(runs["cache-aware-lpm"].sim),
+    )
+
+
+def all_backlogged_fraction(run: DoubleQRun, until_s: float) -> float:
+    """The share of the ledger's samples up to ``until_s`` in which every client waits."""
+    clients = set(run.report["clients"])
+    samples = [s for s in run.sim.recorder.ledger.samples if s.t_s <= until_s]
+    return sum(1 for s in samples if clients <= s.backlogged) / len(samples)
+
+
+def tot_s2_why(runs: dict[str, DoubleQRun]) -> str:
+    """Why DoubleQ's good-client p99 on tree-of-thought S2 is not below Preble's, with this
+    checkout's measurements."""
+    local = doubleq_runs("tot-s2", {p: (p, "cache-aware") for p in ("dlpm", "lpm", "fcfs")})
+    sticky = doubleq_runs("tot-s2", {"doubleq": ("dlpm", "doubleq")}, worker_quantum=2.0**23)
+    return TOT_S2_WHY.format(
+        **{p: r.p99_s for p, r in local.items()},
+        all_backlogged=all_backlogged_fraction(runs["doubleq-rule"], DOUBLEQ_WINDOW_S),
+        preble=runs["preble"].p99_s,
+        sticky=sticky["doubleq"].p99_s,
+        sticky_gain=runs["preble"].p99_s / sticky["doubleq"].p99_s,
     )
 
 
@@ -616,7 +656,10 @@ def doubleq_rows() -> list[Row]:
     Preble, are reported in the settings beside Preble's."""
     rows = []
     gains: dict[str, list[float]] = {
-        f"{metric}-{key}": [] for metric in ("p99", "mean") for _, _, key in BASELINES
+        f"{metric}-{key}{rule}": []
+        for metric in ("p99", "mean")
+        for _, _, key in BASELINES
+        for rule in ("", "-rule")
     }
     setting = (
         f"{{}}, arrivals for {DOUBLEQ_WINDOW_S:g} s, run until every call finished, "
@@ -626,13 +669,21 @@ def doubleq_rows() -> list[Row]:
         runs = doubleq_runs(name)
         dq = runs["doubleq"]
         for _, run_key, key in BASELINES:
-            gains[f"p99-{key}"].append(runs[run_key].p99_s / dq.p99_s)
-            gains[f"mean-{key}"].append(runs[run_key].mean_latency_s / dq.mean_latency_s)
+            for rule, system in (("", dq), ("-rule", runs["doubleq-rule"])):
+                gains[f"p99-{key}{rule}"].append(runs[run_key].p99_s / system.p99_s)
+                gains[f"mean-{key}{rule}"].append(
+                    runs[run_key].mean_latency_s / system.mean_latency_s
+                )
         where = setting.format(name)
         if name == "long-qa-s1":
             rows.extend(long_qa_s1_throughput_rows(runs, where))
         else:
             rows.append(throughput_row(name, runs, where))
+        labelled = [key for base, _, key in BASELINES if base]
+        default_fails = any(gains[f"p99-{key}"][-1] <= 1 for key in labelled)
+        rule_fails = any(gains[f"p99-{key}-rule"][-1] <= 1 for key in labelled)
+        why = tot_s2_why(runs) if name == "tot-s2" and (default_fails or rule_fails) else ""
+        p99_why = why if default_fails and why else "see the setting"
         for base, run_key, key in BASELINES:
             if base is None:
                 continue
@@ -650,10 +701,14 @@ def doubleq_rows() -> list[Row]:
                 )
                 if lpm_gain <= 1 and name == "long-qa-s2":
                     extra += f", below 1 because {long_qa_s2_why(runs)}"
+            rule_gain = gains[f"p99-{key}-rule"][-1]
+            extra += f"; {RULE}: {rule_gain:.2f}"
+            if rule_gain <= 1 and why:
+                extra += f", below 1 because {why}" if key == "ca" else " (see the Preble row)"
             rows.append(
                 direction_row(
                     "DoubleQ", "Fig. 7", f"{name}: good clients' p99, {base} / DoubleQ (> 1)",
-                    1.0, gain, gain > 1, why_not="" if gain > 1 else "see the setting",
+                    1.0, gain, gain > 1, why_not="" if gain > 1 else p99_why,
                     setting=f"{where}; {window:.2f} over the calls finished by 300 s{extra}",
                 )
             )  # fmt: skip
@@ -697,8 +752,8 @@ def throughput_row(name: str, runs: dict[str, DoubleQRun], where: str) -> Row:
     if busy_s <= 1.05 * pbusy_s:
         cause = (
             "load balance, not locality (about the same busy time over a longer run: idle "
-            "workers): at the default Q^w (2^23) a client's calls stay on the workers that "
-            "cache its prefixes, and once the well-behaved clients are served the "
+            "workers): a client's calls stay on the workers that cache its prefixes for up to "
+            "Q^w of its service per round, and once the well-behaved clients are served the "
             "misbehaving client's backlog keeps some workers busy while others idle; "
             "Preble's exploit rule pins it too, but its explore step (prompts under half "
             "placed, such as a call after a long thought) sends the misbehaving client to "
@@ -712,13 +767,21 @@ def throughput_row(name: str, runs: dict[str, DoubleQRun], where: str) -> Row:
             "by hit-ratio group, and computes more prompt tokens (the hit rates above)"
         )
     ends = f"{dq.report['duration_s']:.0f} s against {pb.report['duration_s']:.0f} s"
+    rule = runs["doubleq-rule"].service_per_s / pb.service_per_s
+    if ratio < 1 and rule >= 1:
+        cause += (
+            f"; {RULE}, which spreads a client after about {RULE_K:g} of its calls on a worker, "
+            f"this ratio is {rule:.3f}, but then tree-of-thought S2's good-client p99 rows do "
+            "not hold (their settings, and the module docstring of "
+            "fairserve.sched.dispatch.doubleq, give the trade-off)"
+        )
     return direction_row(
         "DoubleQ", "Fig. 7", f"{name}: throughput DoubleQ / Preble, every call served "
         "(paper: matches or exceeds, >= 1)", 1.0, ratio, ratio >= 1,
         why_not=f"{measured}: {cause}",
         setting=f"{where}; all calls served in {ends}; over the first 300 s only {window:.3f}; "
         f"DoubleQ / Preble behind cache-aware: {pca_ratio:.3f}; "
-        f"DoubleQ / cache-aware + LPM: {lpm_ratio:.3f}",
+        f"DoubleQ / cache-aware + LPM: {lpm_ratio:.3f}; {RULE}: {rule:.3f}",
     )  # fmt: skip
 
 
@@ -743,6 +806,7 @@ def long_qa_s1_throughput_rows(runs: dict[str, DoubleQRun], where: str) -> list[
             if key == "preble"
             else ""
         )
+        extra += f"; {RULE}: {runs['doubleq-rule'].service_per_s / runs[key].service_per_s:.3f}"
         rows.append(
             direction_row(
                 "DoubleQ", "Fig. 7",
@@ -780,9 +844,11 @@ def average_rows(gains: dict[str, list[float]], where: str) -> list[Row]:
     ):
         gain = sum(gains[key]) / len(gains[key])
         per = ", ".join(f"{g:.2f}" for g in gains[key])
-        extra = ""
+        rule = gains[f"{key}-rule"]
+        extra = f"; {RULE}: {sum(rule) / len(rule):.2f} (per scenario "
+        extra += ", ".join(f"{g:.2f}" for g in rule) + ")"
         if key.endswith("-ca"):
-            extra = "".join(
+            extra += "".join(
                 f"; against {label} {sum(g) / len(g):.2f} "
                 f"(per scenario {', '.join(f'{x:.2f}' for x in g)})"
                 for label, g in (
@@ -838,33 +904,112 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def markdown(rows: list[Row], command: str) -> str:
-    machine = (
-        f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}"
+def _machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}"
+
+
+def _row_line(r: Row) -> str:
+    verdict = "yes" if r.holds else f"no: {r.why_not or 'see the setting'}"
+    ratio = _number(r.ratio) if r.exact else "-"
+    return (
+        f"| {r.paper} | {r.figure} | {r.claim} | {_number(r.paper_value)} | "
+        f"{_number(r.ours)} | {ratio} | {verdict} | {r.setting} |"
     )
+
+
+def _document(generated: str, row_lines: list[str]) -> str:
+    """The whole file: ``generated`` (what made it, when, where), the rows, the notes of
+    the papers they name."""
     lines = [
         "# Paper results against the simulator",
         "",
-        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({machine}; no GPU:",
+        f"{generated} ({_machine()}; no GPU:",
         "every number is the simulator's). Seeds: every workload's own (`seed = 1`); runs are",
         "deterministic. *holds*: same direction as the paper, and within 15% of its value where",
         "the paper states a value as its finding (ratio column); otherwise the row says why not.",
         "",
         "| paper | figure | result | paper | ours | ratio | holds? | setting |",
         "|---|---|---|---|---|---|---|---|",
+        *row_lines,
     ]
-    for r in rows:
-        verdict = "yes" if r.holds else f"no: {r.why_not or 'see the setting'}"
-        ratio = _number(r.ratio) if r.exact else "-"
-        lines.append(
-            f"| {r.paper} | {r.figure} | {r.claim} | {_number(r.paper_value)} | "
-            f"{_number(r.ours)} | {ratio} | {verdict} | {r.setting} |"
-        )
-    papers = {r.paper for r in rows}
+    papers = {_paper_of_line(line) for line in row_lines}
     notes = [f"**{paper}.** {note}." for paper, note in NOTES.items() if paper in papers]
     if notes:
         lines += ["", "## How the baselines are modelled", "", *notes]
     return "\n".join(lines) + "\n"
+
+
+def markdown(rows: list[Row], command: str) -> str:
+    today = datetime.date.today().isoformat()
+    return _document(f"Generated by `{command}` on {today}", [_row_line(r) for r in rows])
+
+
+PAPER_OF_CHECK = {
+    "vtc": "VTC",
+    "vtc-paper": "VTC",
+    "throughput-optimal": "Throughput-optimal",
+    "throughput-optimal-served": "Throughput-optimal",
+    "justitia": "Justitia",
+    "justitia-intensity": "Justitia",
+    "dlpm": "DLPM",
+    "doubleq": "DoubleQ",
+}
+"""The paper whose rows each check writes (several checks may share one paper)."""
+FIRST_GENERATED = re.compile(r"Generated by `python scripts/paper_table\.py` on (\d{4}-\d\d-\d\d)")
+
+
+def _paper_of_line(line: str) -> str:
+    return line.split("|")[1].strip()
+
+
+def _claim_of_line(line: str) -> str:
+    return line.split("|")[3].strip()
+
+
+def merge(existing: str, rows: list[Row], names: tuple[str, ...], command: str) -> str:
+    """``existing`` (the committed table) with the rows of the checks ``names`` replaced,
+    every other paper's rows kept as they are, so that regenerating one paper (``--only``)
+    or the CI subset (``--fast``) does not drop the rest. A paper all of whose checks ran
+    has its rows replaced as a block, where they stood; a paper of which only some checks
+    ran has the rows with the same claim replaced in place and new claims added after its
+    last row. The header keeps the full run's date and names what was regenerated since."""
+    table = [line for line in existing.splitlines() if line.startswith("| ")][1:]  # no header
+    whole = {
+        paper
+        for paper in {PAPER_OF_CHECK[n] for n in names}
+        if all(n in names for n, p in PAPER_OF_CHECK.items() if p == paper)
+    }
+    new_lines = {(r.paper, r.claim): _row_line(r) for r in rows}
+    out: list[str] = []
+    placed: set[tuple[str, str]] = set()
+    for line in table:
+        paper, claim = _paper_of_line(line), _claim_of_line(line)
+        if paper in whole:
+            if not any(k[0] == paper for k in placed):
+                block = [k for k in new_lines if k[0] == paper]
+                out += [new_lines[k] for k in block]
+                placed.update(block)
+            continue
+        key = (paper, claim)
+        if key in new_lines:
+            placed.add(key)
+        out.append(new_lines.get(key, line))
+    for key, line in new_lines.items():  # claims the table did not have yet
+        if key not in placed:
+            last = max(
+                (i for i, old in enumerate(out) if _paper_of_line(old) == key[0]), default=-1
+            )
+            out.insert(last + 1 if last >= 0 else len(out), line)
+            placed.add(key)
+    first = FIRST_GENERATED.search(existing)
+    since = first.group(1) if first else "an earlier date"
+    papers = ", ".join(sorted({r.paper for r in rows}))
+    today = datetime.date.today().isoformat()
+    generated = (
+        f"Generated by `python scripts/paper_table.py` on {since}, its {papers} rows again "
+        f"(`{command}`) on {today}"
+    )
+    return _document(generated, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -877,11 +1022,16 @@ def main(argv: list[str] | None = None) -> int:
     names = tuple(args.only) if args.only else FAST if args.fast else tuple(CHECKS)
     rows = rows_for(names)
     command = "python scripts/paper_table.py" + (" --fast" if args.fast else "")
-    text = markdown(rows, command)
+    command += "".join(f" --only {n}" for n in args.only or ())
+    out = Path(args.out)
+    if args.out != "-" and names != tuple(CHECKS) and out.exists():
+        text = merge(out.read_text(encoding="utf-8"), rows, names, command)
+    else:
+        text = markdown(rows, command)
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        out.write_text(text, encoding="utf-8")
     failing = [r for r in rows if not r.holds and not r.why_not]
     for r in failing:
         print(f"does not hold: {r.paper} {r.figure} {r.claim}", file=sys.stderr)
