@@ -58,9 +58,9 @@ acceptance asks:
   the paper's averages (good-client p99 2.95x lower than Preble's, 4.00x than RR+LPM's;
   the paper: 2.90x and 4.06x), but on tree-of-thought S2 the good clients' p99 is 0.84x
   Preble's: spread evenly, every client gets its fair share, and theirs is not enough.
-* No fixed value holds every row either: up to 2^17 long-QA S1 falls under 2x VTC's (its
-  documents spread too often), 2^18 to 2^21 lose tree-of-thought S2's p99 (0.71-0.87x),
-  2^22 and up lose tree-of-thought S1's throughput.
+* No fixed value holds every row either: every value from 2,048 to 2^21 loses
+  tree-of-thought S2's p99 (0.71-0.87x), up to 2^17 long-QA S1 also falls under 2x VTC's
+  (its documents spread too often), and 2^22 and up lose tree-of-thought S1's throughput.
 
 ``fairserve tune quantum --sweep --worker-grid`` shows the trade-off for a workload; lower
 ``Q^w``, or set the rule, for many independent requests with little shared prefix.
