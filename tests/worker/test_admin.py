@@ -36,9 +36,9 @@ def test_health_info_and_models() -> None:
                 assert status == 200
                 assert info["max_total_num_tokens"] == 4096
                 assert info["chunked_prefill_size"] == 512
-                # The bounded running batch: the tiny profile's knee (2064 tokens) over the
-                # 5 tokens a running request brings to a mixed step.
-                assert info["max_running_requests"] == 413
+                # The bounded running batch: the tokens at which the tiny profile's step
+                # takes 3 one-token steps (4,064) over the 5 a running request brings.
+                assert info["max_running_requests"] == 813
                 assert info["model_path"] == "sim-8b"
                 assert info["fairserve"] == {
                     "engine": "sim",

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from fairserve.core.errors import ConfigError, UnknownNameError
-from fairserve.worker.config import build_engine, parse_params
+from fairserve.sim.profile import DEFAULT_PROFILE, Profile, resolve_profile, shipped_profiles
+from fairserve.worker.config import (
+    FULL_STEP_FACTOR,
+    MAX_RUNNING_REQUESTS,
+    MIN_RUNNING_REQUESTS,
+    STEP_TOKENS_PER_REQUEST,
+    build_engine,
+    max_running_requests,
+    parse_params,
+)
 from tests.worker.helpers import make_config
 
 
@@ -46,3 +55,28 @@ def test_bad_values_fail_at_startup() -> None:
 def test_justitia_gets_the_kv_capacity_of_the_profile() -> None:
     config = make_config(policy="justitia")
     assert build_engine(config).policy.config.as_dict()["kv_capacity_tokens"] == 4096
+
+
+@pytest.mark.parametrize("profile", shipped_profiles(), ids=lambda p: p.name)
+def test_default_running_bound_is_the_largest_batch_within_the_step_target(
+    profile: Profile,
+) -> None:
+    """Under overload a full chunked-prefill step (the bound's requests, each bringing
+    STEP_TOKENS_PER_REQUEST tokens) takes at most FULL_STEP_FACTOR one-token steps, and one
+    request more would take longer: the bound is set by the latency target, not by
+    throughput."""
+    if profile.max_running_requests is not None:
+        pytest.skip("the profile sets its own bound")
+    bound = max_running_requests(profile)
+    batch = profile.batch_time()
+    one_token_s = batch.batch_time_s(1, 0)
+    target_s = FULL_STEP_FACTOR * one_token_s
+    if MIN_RUNNING_REQUESTS < bound < MAX_RUNNING_REQUESTS:
+        half = STEP_TOKENS_PER_REQUEST // 2  # the bound is rounded to the nearest request
+        assert batch.batch_time_s(bound * STEP_TOKENS_PER_REQUEST - half, 0) <= target_s
+        assert batch.batch_time_s((bound + 1) * STEP_TOKENS_PER_REQUEST, 0) > target_s
+
+
+def test_default_profile_running_bound_is_92() -> None:
+    """The figure the docs quote (README, operator guide): 92 for a100-llama-3-8b."""
+    assert max_running_requests(resolve_profile(DEFAULT_PROFILE)) == 92
