@@ -70,7 +70,8 @@ def worker(
             "--max-running-requests",
             min=1,
             help="Most requests running at once; the rest wait (default: the profile's "
-            "max_running_requests, else the knee of its batch-time line, 32 to 1024).",
+            "max_running_requests, else the largest batch whose full step takes at most 3 "
+            "one-token steps, 32 to 1024).",
             show_default=False,
         ),
     ] = None,

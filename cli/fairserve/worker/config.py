@@ -82,9 +82,9 @@ included, decodes at a third of its unloaded speed or better.
 
 Measured with ``tests/perf/soak_router.py`` (2 workers, ``--speed 0.05``, 10 heavy and 40
 light clients at 2x the measured capacity, 300 s after 120 s of light clients alone, one
-bound after the other on a 2-core VM): bound 52 (a factor of 2) finished 0.62 of the
-profile's peak, 92 (3) 0.78 with light clients' p99 1.78x their p99 alone, 132 and 172
-0.79 and 0.82 (1.89x and 1.59x) with light p99s of 54 and 64 s against 40 s at 92. Past
+bound after the other on a 2-core VM): bound 52 (a factor of 2) finished 0.64 of the
+profile's peak with light clients' p99 1.61x their p99 alone, 92 (3) 0.78 and 1.78x, 132
+and 172 0.78 and 0.82 (1.89x and 1.59x) with light p99s of 54 and 64 s against 40 s at 92. Past
 3 the throughput barely grows while every request's latency does, alone and under load."""
 
 

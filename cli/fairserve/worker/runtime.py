@@ -372,7 +372,7 @@ class WorkerRuntime:
                 "model": profile.model,
                 "kv_capacity_tokens": profile.kv_capacity_tokens,
                 "max_batch_tokens": profile.max_batch_tokens,
-                # What the worker enforces: the profile's value or the batch-knee default.
+                # What the worker enforces: the profile's value or the step-target default.
                 "max_running_requests": engine.config.max_running_requests,
             },
             "batching": self.config.batching,
