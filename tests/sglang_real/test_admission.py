@@ -123,8 +123,7 @@ class Reference:
         for rid in step.retracted:
             req = self.running.pop(rid)
             self.policy.on_retract(req, self.clock)
-            self.waiting.append(req)
-        self.waiting.sort(key=lambda r: int(r.id[1:]))  # arrival order, as the host's
+            self.waiting.insert(0, req)  # the host's order: back at the front, as the simulator
 
     def forward(self, step: Step) -> None:
         if step.results is None:
