@@ -100,6 +100,17 @@ class CacheModel:
             self._files[worker].setdefault(file, set()).add(key)
         return tokens
 
+    def peek_len(self, key: bytes, worker: str) -> int:
+        """:meth:`match_len` without keeping the answer: for a request that stops waiting at
+        once (a fair queue with nothing waiting releases it in the same call), where keeping
+        its match would only cost a hash of the matched prefix and a file to drop again."""
+        kept = self._kept.get(worker)
+        if kept:
+            entry = kept.get(key)
+            if entry is not None:
+                return entry[0]
+        return self.walk_len(key, worker)
+
     def done_asking(self, key: bytes, worker: str) -> None:
         """Nobody waits on ``key``'s match on ``worker`` any more: do not keep it."""
         kept = self._kept.get(worker)
@@ -156,12 +167,20 @@ class CacheModel:
         self._trim(worker)
 
     def _lengthened(self, key: bytes, worker: str) -> None:
-        """Drop the kept matches a record of ``key`` may lengthen (see the module's note)."""
-        stop = (self.walk_len(key, worker) + 1) * TOKEN_BYTES
-        if stop > len(key):
-            return  # held in full already: the record adds nothing
+        """Drop the kept matches a record of ``key`` may lengthen (see the module's note).
+
+        ``key``'s own kept match, when there is one (a queue records a prompt it was asked
+        about), is its current match and its file: no walk and no hash of the prefix again."""
         kept = self._kept[worker]
-        for other in self._files[worker].pop(hash(key[:stop]), ()):
+        entry = kept.get(key)
+        if entry is not None:
+            file = entry[1]
+        else:
+            stop = (self.walk_len(key, worker) + 1) * TOKEN_BYTES
+            file = hash(key[:stop]) if stop <= len(key) else None
+        if file is None:
+            return  # held in full already: the record adds nothing
+        for other in self._files[worker].pop(file, ()):
             kept.pop(other, None)
 
     def _drop_kept(self, worker: str) -> None:
