@@ -11,13 +11,9 @@ Fairness figures (Jain's index, the service gap, rates) come from the sliding-wi
 :class:`~fairserve.core.ledger.ServiceLedger`, never from the whole uptime. Latency and TTFT
 percentiles come from a bounded window of recent requests. The number of clients tracked is
 bounded (``max_clients``): beyond it, the least recently seen idle client is forgotten.
-
-**Prometheus counters** (``router.metrics`` renders them at scrape time, keeping no count
-of its own) must only go up, so they cannot be read off clients that may be forgotten.
-Each client counts, besides its own figures, into the :class:`Totals` of its *label*: its
-name for the clients of the clients file and the first ``labels`` other names seen (sticky,
-never re-ranked), ``other`` for the rest. A label's totals outlive the forgetting of its
-clients, and there are at most ``labels`` + the clients file's + 1 of them.
+Each client also counts into the Prometheus totals of its label (:mod:`fairserve.router.totals`):
+its name for the clients of the clients file and the first ``labels`` other names seen,
+``other`` for the rest.
 
 **Few objects for the garbage collector** (issue 18): a full collection walks every object
 the collector tracks, and every reference each one holds, while the event loop waits. A
@@ -34,7 +30,6 @@ import math
 import struct
 import time
 from array import array
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -44,6 +39,11 @@ from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger
 from fairserve.core.ledger_view import WindowParts, WindowView
 from fairserve.core.metrics import percentile
 from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
+from fairserve.router.totals import NO_USAGE as NO_USAGE
+from fairserve.router.totals import OTHER as OTHER
+from fairserve.router.totals import Histogram as Histogram
+from fairserve.router.totals import Totals as Totals
+from fairserve.router.totals import Usage as Usage
 from fairserve.sched.base import MAX_CLIENTS
 
 RECENT_REQUESTS = 2048
@@ -61,71 +61,6 @@ PRUNE_VISITS = 256
 """Clients whose expired history one turn of the router's loop drops (~1-2 ms): at 1,000
 requests a second with 10,000 clients some 1,400 clients' requests leave the window each
 second (~8 ms at once)."""
-OTHER = "other"
-"""The label of the clients beyond ``labels``."""
-LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 40, 60, 120, 300)
-TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-class Histogram:
-    """Bucket counts (not cumulative; the last one is ``+Inf``) and the sum."""
-
-    __slots__ = ("bounds", "counts", "total_s")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total_s = 0.0
-
-    def observe(self, value_s: float) -> None:
-        self.counts[bisect_left(self.bounds, value_s)] += 1
-        self.total_s += value_s
-
-    def copy(self) -> Histogram:
-        twin = Histogram(self.bounds)
-        twin.counts, twin.total_s = list(self.counts), self.total_s
-        return twin
-
-
-class Totals:
-    """The cumulative counts of one Prometheus label: requests by outcome, and of the
-    answered requests their final service, tokens, latency and TTFT. Never decrease."""
-
-    __slots__ = ("cached", "completion", "latency", "outcomes", "prompt", "service", "ttft")
-
-    def __init__(self) -> None:
-        self.outcomes: dict[str, int] = {}
-        self.service = 0.0
-        self.prompt = 0
-        self.cached = 0
-        self.completion = 0
-        self.latency = Histogram(LATENCY_BUCKETS_S)
-        self.ttft = Histogram(TTFT_BUCKETS_S)
-
-    def ended(self, outcome: str) -> None:
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-
-    def copy(self) -> Totals:
-        """These totals as they are now (a scrape renders the copy while counting goes on)."""
-        twin = Totals()
-        twin.outcomes = dict(self.outcomes)
-        twin.service, twin.prompt = self.service, self.prompt
-        twin.cached, twin.completion = self.cached, self.completion
-        twin.latency, twin.ttft = self.latency.copy(), self.ttft.copy()
-        return twin
-
-    def answered(
-        self, service: float, usage: Usage, latency_s: float, ttft_s: float | None
-    ) -> None:
-        outcomes = self.outcomes
-        outcomes["finished"] = outcomes.get("finished", 0) + 1
-        self.service += service
-        self.prompt += usage.prompt_tokens
-        self.cached += usage.cached_tokens
-        self.completion += usage.completion_tokens
-        self.latency.observe(latency_s)
-        if ttft_s is not None:
-            self.ttft.observe(ttft_s)
 
 
 @dataclass(slots=True)
@@ -188,19 +123,6 @@ class WorkerStats(TokenCounts):
     failures: int = 0
     retried: int = 0
     output_tokens: int = 0
-
-
-class Usage(NamedTuple):
-    """Tokens of one finished request, as the worker reported them (a tuple: one is built
-    per request, and a frozen dataclass costs several times more to create)."""
-
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-
-
-NO_USAGE = Usage(0, 0, 0)
-"""Nothing credited yet."""
 
 
 class Accounting:
