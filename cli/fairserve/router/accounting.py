@@ -11,33 +11,27 @@ Fairness figures (Jain's index, the service gap, rates) come from the sliding-wi
 :class:`~fairserve.core.ledger.ServiceLedger`, never from the whole uptime. Latency and TTFT
 percentiles come from a bounded window of recent requests. The number of clients tracked is
 bounded (``max_clients``): beyond it, the least recently seen idle client is forgotten.
-Each client also counts into the Prometheus totals of its label (:mod:`fairserve.router.totals`):
-its name for the clients of the clients file and the first ``labels`` other names seen,
-``other`` for the rest.
-
-**Few objects for the garbage collector** (issue 18): a full collection walks every object
-the collector tracks, and every reference each one holds, while the event loop waits. A
-client's numeric history (its recent latencies and TTFTs, its rate buckets) is therefore
-packed into ``bytearray`` buffers of C doubles, which the collector does not track (an
-``array.array`` is tracked since Python 3.10): a client's :class:`ClientStats` is its only
-tracked object here. Deques of floats and a list per second of rates made it ~8 and a full
-collection ~120 ms at 10,000 clients (``tests/perf/bench_gc.py``).
+Each client's own figures are a :class:`~fairserve.router.client_stats.ClientStats`, kept
+small for the garbage collector (:mod:`fairserve.router.client_stats`); each client also
+counts into the Prometheus totals of its label (:mod:`fairserve.router.totals`).
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import time
-from array import array
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from fairserve.core.counters import TokenCounts
 from fairserve.core.ledger import DEFAULT_WINDOW_S, ServiceLedger
 from fairserve.core.ledger_view import WindowParts, WindowView
-from fairserve.core.metrics import percentile
+from fairserve.router.client_stats import RATE_WINDOW_S as RATE_WINDOW_S
+from fairserve.router.client_stats import RECENT_REQUESTS as RECENT_REQUESTS
+from fairserve.router.client_stats import ClientCopy as ClientCopy
+from fairserve.router.client_stats import ClientStats as ClientStats
+from fairserve.router.client_stats import client_figures as client_figures
 from fairserve.router.config import DEFAULT_METRICS_MAX_CLIENTS
 from fairserve.router.totals import NO_USAGE as NO_USAGE
 from fairserve.router.totals import OTHER as OTHER
@@ -46,71 +40,10 @@ from fairserve.router.totals import Totals as Totals
 from fairserve.router.totals import Usage as Usage
 from fairserve.sched.base import MAX_CLIENTS
 
-RECENT_REQUESTS = 2048
-"""Latency/TTFT samples kept per client for percentiles."""
-RECENT_SLACK = RECENT_REQUESTS // 4
-"""Samples a client's buffer takes beyond ``RECENT_REQUESTS`` before the oldest are cut
-(one move of ``RECENT_REQUESTS`` floats per ``RECENT_SLACK`` requests)."""
-_FLOAT = struct.Struct("d")
-_BUCKET = struct.Struct("4d")
-"""One second of rate history: the second, service, tokens, requests finished."""
-NO_SECOND = -math.inf
-"""``ClientStats.second_s`` while no second is open."""
-RATE_WINDOW_S = 60.0
 PRUNE_VISITS = 256
 """Clients whose expired history one turn of the router's loop drops (~1-2 ms): at 1,000
 requests a second with 10,000 clients some 1,400 clients' requests leave the window each
 second (~8 ms at once)."""
-
-
-@dataclass(slots=True)
-class ClientStats:
-    weight: float = 1.0
-    requests: int = 0
-    finished: int = 0
-    failed: int = 0
-    aborted: int = 0
-    rejected: int = 0
-    in_flight: int = 0
-    queued: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    service: float = 0.0
-    pending_service: float = 0.0
-    first_s: float | None = None
-    last_s: float | None = None
-    latencies_s: bytearray = field(default_factory=bytearray)
-    """Latencies of the client's last requests (packed doubles), oldest first: the last
-    ``RECENT_REQUESTS`` are read (:func:`_keep_recent`). Not a deque: see the module's
-    docstring."""
-    ttfts_s: bytearray = field(default_factory=bytearray)
-    """Times to first token, kept as ``latencies_s``."""
-    buckets: bytearray = field(default_factory=bytearray)
-    """(second, service, tokens, requests finished) packed (``_BUCKET``) per wall-clock
-    second in the rate window that credited something, oldest first, but the last one."""
-    second_s: float = NO_SECOND
-    """The last second that credited something (the open bucket: deliveries within one
-    second add to these four fields, a new second packs them into ``buckets``)."""
-    second_service: float = 0.0
-    second_tokens: float = 0.0
-    second_finished: float = 0.0
-    label: Totals = field(default_factory=Totals)
-    """The totals of this client's Prometheus label (shared by every client of ``other``)."""
-
-    @property
-    def recent(self) -> list[tuple[float, ...]]:
-        """The rate buckets, one (second, service, tokens, finished) per second (a copy)."""
-        closed: list[tuple[float, ...]] = list(_BUCKET.iter_unpack(self.buckets))
-        if self.second_s == NO_SECOND:
-            return closed
-        return [*closed, (self.second_s, self.second_service, self.second_tokens,
-                          self.second_finished)]  # fmt: skip
-
-    @property
-    def queue_depth(self) -> int:
-        """Requests of this client inside the router (waiting or in flight)."""
-        return self.in_flight
 
 
 @dataclass(slots=True)
@@ -302,9 +235,7 @@ class Accounting:
         stats.prompt_tokens += prompt
         stats.cached_tokens += usage.cached_tokens
         stats.output_tokens += output
-        _keep_recent(stats.latencies_s, latency_s)
-        if ttft_s is not None:
-            _keep_recent(stats.ttfts_s, ttft_s)
+        stats.answered(latency_s, ttft_s)
         self._credit(client, stats, prompt, output, now_s, finished=1)
         w = self.workers.get(worker) or self.worker(worker)
         w.finished += 1
@@ -329,19 +260,7 @@ class Accounting:
         if service != 0:
             stats.service += service
             self.ledger.credit(client, service, now_s)
-        second = float(math.floor(now_s))
-        if stats.second_s == second:
-            stats.second_service += service
-            stats.second_tokens += prompt + output
-            stats.second_finished += finished
-        elif service != 0 or finished:
-            # A new second: drop those past the rate window here too, so a router whose
-            # state nobody reads keeps at most RATE_WINDOW_S buckets per client.
-            _close_second(stats)
-            _drop_buckets_before(stats.buckets, second - RATE_WINDOW_S)
-            stats.second_s = second
-            stats.second_service, stats.second_tokens = service, prompt + output
-            stats.second_finished = finished
+        stats.count(now_s, service, prompt + output, finished)
 
     # ------------------------------------------------------------------ windows
     def sample(self, now_s: float, prune_visits: float = math.inf) -> bool:
@@ -380,95 +299,4 @@ class Accounting:
         """``name``'s figures at ``now_s`` and copies of its recent latencies: everything of
         its view but the percentiles (sorting up to ``RECENT_REQUESTS`` values twice), which
         :func:`client_figures` computes from the copy later, without the live client."""
-        s = self.clients[name]
-        horizon_s = now_s - RATE_WINDOW_S
-        _drop_buckets_before(s.buckets, horizon_s)
-        if s.second_s < horizon_s:  # every closed bucket is older: none is left
-            s.second_s, s.second_service, s.second_tokens, s.second_finished = NO_SECOND, 0, 0, 0
-        closed = _doubles(s.buckets)
-        span_s = min(RATE_WINDOW_S, max(1.0, now_s - (s.first_s or now_s)))
-        figures = {
-            "weight": s.weight,
-            "requests": s.requests,
-            "finished": s.finished,
-            "failed": s.failed,
-            "aborted": s.aborted,
-            "rejected": s.rejected,
-            "in_flight": s.in_flight - s.queued,
-            "queued": s.queued,
-            "queue_depth": s.queue_depth,
-            "prompt_tokens": s.prompt_tokens,
-            "cached_tokens": s.cached_tokens,
-            "output_tokens": s.output_tokens,
-            "service": s.service,
-            "pending_service": s.pending_service,
-            "service_rate": (sum(closed[1::4]) + s.second_service) / span_s,
-            "requests_per_s": (sum(closed[3::4]) + s.second_finished) / span_s,
-            "tokens_per_s": (sum(closed[2::4]) + s.second_tokens) / span_s,
-        }
-        last = -RECENT_REQUESTS * _FLOAT.size
-        return ClientCopy(
-            figures,
-            _doubles(s.latencies_s[last:]).tolist(),
-            _doubles(s.ttfts_s[last:]).tolist(),
-        )
-
-
-def _keep_recent(values: bytearray, value: float) -> None:
-    """Append ``value``, keeping at least the last ``RECENT_REQUESTS`` (what a
-    ``deque(maxlen=RECENT_REQUESTS)`` keeps, without a float object per value)."""
-    values += _FLOAT.pack(value)
-    if len(values) >= (RECENT_REQUESTS + RECENT_SLACK) * _FLOAT.size:
-        del values[: -RECENT_REQUESTS * _FLOAT.size]
-
-
-def _close_second(stats: ClientStats) -> None:
-    """Pack the open second's bucket, if any, into the closed ones."""
-    if stats.second_s != NO_SECOND:
-        stats.buckets += _BUCKET.pack(
-            stats.second_s, stats.second_service, stats.second_tokens, stats.second_finished
-        )
-
-
-def _drop_buckets_before(buckets: bytearray, horizon_s: float) -> None:
-    """Drop the rate buckets of the seconds before ``horizon_s`` (they are in time order)."""
-    end = 0
-    while end < len(buckets) and _FLOAT.unpack_from(buckets, end)[0] < horizon_s:
-        end += _BUCKET.size
-    if end:
-        del buckets[:end]
-
-
-def _doubles(packed: bytes | bytearray) -> array[float]:
-    """The doubles packed in ``packed``, as an array (a copy: the buffer may change)."""
-    doubles = array("d")
-    doubles.frombytes(packed)
-    return doubles
-
-
-class ClientCopy(NamedTuple):
-    """One client's figures copied at one instant (:meth:`Accounting.client_copy`)."""
-
-    figures: dict[str, Any]
-    latencies_s: list[float]
-    ttfts_s: list[float]
-
-
-def client_figures(copy: ClientCopy) -> dict[str, Any]:
-    """The client's view: its figures and its latency and TTFT percentiles."""
-    return {
-        **copy.figures,
-        **_percentiles("latency", copy.latencies_s),
-        **_percentiles("ttft", copy.ttfts_s),
-    }
-
-
-def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:
-    """p50 and p99 of ``values`` (None when there are none), sorted once for both."""
-    ordered = sorted(values)
-    return {f"{name}_p50_s": _pct(ordered, 50), f"{name}_p99_s": _pct(ordered, 99)}
-
-
-def _pct(ordered: Sequence[float], q: float) -> float | None:
-    value = percentile(ordered, q)
-    return None if math.isnan(value) else value
+        return self.clients[name].copy(now_s)
