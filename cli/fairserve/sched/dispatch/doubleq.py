@@ -220,11 +220,16 @@ class DoubleQ(Dispatcher):
         return counters
 
     def _choose(self, req: Request, candidates: list[str]) -> str:
+        """SELECTWORKER. The tree is walked only when the choice can depend on it: a lone
+        worker with credit is the answer, cached or not (as with one healthy worker, or a
+        client with a small ``Q^w`` that has spent it everywhere else)."""
         counters = self.counters(req.client)
         avail = [w for w in candidates if counters[w] > 0]
         if not avail:
             quantum = self.client_quantum(req.client, self._dispatch_charge(req))
             avail = self._refill(req.client, counters, candidates, quantum)
+        if len(avail) == 1:
+            return avail[0]
         owners = self.prefixes.match(req.prompt_key).owners
         cached = [w for w in avail if w in owners] if owners else []
         return self.least_outstanding(cached or avail)
