@@ -105,6 +105,44 @@ def test_kept_matches_equal_sglangs_own_matching_after_every_step(
     assert fresh.reused == 0
 
 
+@pytest.mark.parametrize(("seed", "page_size"), [(s, 1) for s in range(5)] + [(5, 4), (6, 16)])
+def test_asking_only_about_stale_matches_keeps_every_match_right(seed: int, page_size: int) -> None:
+    """The host's way (``stale()``): after each step it asks only about new requests, those
+    that came back with outputs, and those ``stale()`` names, and keeps every other answer;
+    every kept answer must still be SGLang's own match, while far fewer are asked."""
+    rng = random.Random(seed)
+    tree = Tree(rng, page_size)
+    kept = KeptMatches()
+    waiting: list[Req] = []
+    serial = [0]
+    known: dict[str, tuple[int, int | None]] = {}
+    """rid -> (tokens when asked, the answer)."""
+    asked = held = 0
+    for _step in range(300):
+        churn(rng, waiting, serial)
+        mutate(tree, rng, waiting)
+        present = {str(r.rid): r for r in waiting}
+        for rid in [rid for rid in known if rid not in present]:
+            kept.forget(rid)  # admitted or aborted
+            del known[rid]
+        answer = kept.begin(tree.cache)
+        assert answer is not None
+        stale = set(kept.stale())
+        for rid, req in present.items():
+            tokens = len(req.origin_input_ids) + len(req.output_ids)
+            was = known.get(rid)
+            if was is not None and was[0] != tokens:  # came back with outputs (retracted)
+                kept.forget(rid)
+                was = None
+            if was is None or rid in stale:
+                known[rid] = (tokens, answer(req))
+                asked += 1
+            held += 1
+            assert known[rid][1] == tree.read_only_match(req), (rid, tree.counts)
+    assert all(tree.counts.values()), tree.counts
+    assert asked < held / 2, (asked, held)
+
+
 def test_an_insert_on_the_path_or_an_eviction_moves_the_kept_match() -> None:
     """The three ways a match moves, each seen by the signal (not by luck of a re-walk)."""
     rng = random.Random(0)

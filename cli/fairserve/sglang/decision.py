@@ -54,9 +54,9 @@ class Decision:
         self.cursor = 0
         self.admitted: list[tuple[Request, int]] = []
         """(core request, real extend tokens) in admission order."""
-        self.needs: dict[int, int] = {}
-        """id(core request) → KV tokens SGLang's adder charges it at least (absent: unknown;
-        see :meth:`fairserve.sglang.host.PolicyHost.admit`)."""
+        self.needs: dict[int, int | None] = {}
+        """id(core request) → KV tokens SGLang's adder charges it at least (absent or None:
+        unknown; see :meth:`fairserve.sglang.host.PolicyHost.admit`)."""
         self.least_need: int | None = None
         """The smallest of :attr:`needs` over every candidate (None: one is unknown)."""
         self.ignores_eos = False

@@ -20,10 +20,10 @@ own reasons) is closed by the next event, before the policy sees anything else.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request, validate_weight
@@ -69,6 +69,12 @@ class AdmissionBound:
 
 _RID = attrgetter("rid")
 _REQ = attrgetter("req")
+_MATCHED = attrgetter("matched")
+_NEED = attrgetter("need")
+
+KEPT_SLACK = 64
+"""Kept matches of requests no longer waiting (none, unless SGLang admitted one outside a
+decision) past which they are dropped."""
 
 
 class MatchFeed:
@@ -85,13 +91,13 @@ class MatchFeed:
     that never asks keeps none alive)."""
 
     def __init__(self) -> None:
-        self.told: dict[Request, int] = {}
-        """The current decision's matches."""
+        self.told: dict[int, int] = {}
+        """The current decision's matches, by ``id(core request)``."""
         self.moved_since: dict[Request, None] = {}
         """Requests whose match moved since the last :meth:`moved` (in the order seen)."""
 
     def __call__(self, req: Request) -> int:
-        return self.told[req]
+        return self.told[id(req)]
 
     def moved(self) -> list[Request]:
         moved, self.moved_since = list(self.moved_since), {}
@@ -134,6 +140,12 @@ class PolicyHost:
         """The waiting requests' prefix matches (None: SGLang's ``prefix_len`` only)."""
         self.feed = MatchFeed()
         """The policy's ``match_len``, which also says which matches moved."""
+        self.volatile: dict[str, None] = {}
+        """Waiting requests read without a kept match: read again at every decision."""
+        self.ignoring: dict[str, None] = {}
+        """Waiting requests with a known least need that ignore their end of sequence."""
+        self._kept_reads = False
+        """Whether the last decision read kept matches (else every match is read)."""
         self.bound = bound
         """None: every request the policy asks about is offered to SGLang (tests and the
         benchmark compare with it)."""
@@ -156,6 +168,8 @@ class PolicyHost:
                 self._arrive(sreq)
             elif tracked.state is State.RUNNING:
                 self.table.put_back(tracked)
+                if self.matches is not None:
+                    self.matches.forget(tracked.req.id)  # back with its outputs
                 self.policy.on_retract(tracked.req, self.now)
                 self.counters.retracted += 1
 
@@ -187,55 +201,76 @@ class PolicyHost:
                     self.matches.end()
                 return
             candidates = list(queue.values())
-            sreqs = list(map(present.__getitem__, queue))
             requests = list(map(_REQ, candidates))
             keys = list(map(id, requests))
-            matches, needs, ignores_eos = self._read_matches(candidates, sreqs, cache)
-            matched = dict(zip(keys, matches, strict=True))
+            self._read_matches(present, cache)
+            matched: dict[int, int] = dict(zip(keys, map(_MATCHED, candidates), strict=True))
+            needs_known = list(map(_NEED, candidates))
+            unknown = needs_known.count(None)
+            needs = {} if unknown == len(keys) else dict(zip(keys, needs_known, strict=True))
             feed = self.feed
-            feed.told = dict(zip(requests, matches, strict=True))
+            feed.told = matched
             decide = self.policy.decide(requests, feed, self.now)
-            decision = Decision(waiting, dict(zip(keys, sreqs, strict=True)), matched, decide)
+            origin = dict(zip(keys, map(present.__getitem__, queue), strict=True))
+            decision = Decision(waiting, origin, matched, decide)
             decision.needs = needs
-            decision.ignores_eos = ignores_eos
-            if needs and len(needs) == len(candidates):
-                decision.least_need = min(needs.values())
+            decision.ignores_eos = any(rid in queue for rid in self.ignoring)
+            if not unknown:
+                decision.least_need = min(cast(list[int], needs_known))  # none unknown
             self.decision = decision
             decision.bring_forward(-1)
 
-    def _read_matches(
-        self, candidates: list[Tracked], sreqs: list[Any], cache: Any
-    ) -> tuple[list[int], dict[int, int], bool]:
-        """Each candidate's match (reported to :attr:`feed` where it moved), least need
-        (``id(core request)`` → tokens, see :func:`_shape`) and whether one ignores EOS."""
-        matches: list[int] = []
-        needs: dict[int, int] = {}
-        ignores_eos = False
-        shapes = self.shapes
-        moved = self.feed.moved_since
-        clip = self.bound.clip_max_new_tokens if self.bound is not None else None
+    def _read_matches(self, present: dict[str, Any], cache: Any) -> None:
+        """Read the match (and least need, see :func:`_shape`) of every waiting request
+        whose match may have moved since it was last read: every one where the matches
+        are not kept (SGLang's ``prefix_len``), else the new and retracted ones, those
+        without a kept match (a streaming session) and those whose kept match the tree
+        may have moved (:meth:`KeptMatches.stale`: per group of matches ending at the same
+        place, not per request). The others keep what they hold (``Tracked.matched``);
+        the ones that changed are reported to :attr:`feed`."""
+        table, queue = self.table, self.table.queue
         kept = self.matches.begin(cache) if self.matches is not None else None
-        for tracked, sreq in zip(candidates, sreqs, strict=True):
+        if kept is None or not self._kept_reads:
+            ask: Iterable[str] = list(queue)
+        else:
+            assert self.matches is not None
+            ask = dict.fromkeys([*table.unread, *self.volatile, *self.matches.stale()])
+            if len(self.matches.kept) > 2 * len(queue) + KEPT_SLACK:
+                for rid in self.matches.kept.keys() - queue.keys():
+                    self.matches.forget(rid)
+        self._kept_reads = kept is not None
+        table.unread.clear()
+        volatile: dict[str, None] = {}
+        self.volatile = volatile
+        moved = self.feed.moved_since
+        shapes, ignoring = self.shapes, self.ignoring
+        clip = self.bound.clip_max_new_tokens if self.bound is not None else None
+        for rid in ask:
+            tracked = queue.get(rid)
+            if tracked is None:
+                continue
+            sreq = present[rid]
             length = kept(sreq) if kept is not None else None
-            match = max(0, int(sreq.prefix_len)) if length is None else length
-            matches.append(match)
-            req = tracked.req
+            if length is None:
+                volatile[rid] = None
+                match = max(0, int(sreq.prefix_len))
+            else:
+                match = length
             if match != tracked.matched:
                 tracked.matched = match
-                moved[req] = None
-            if clip is not None:
-                rid = req.id
+                moved[tracked.req] = None
+            tracked.need = None
+            ignoring.pop(rid, None)
+            if clip is not None and length is not None:
                 shape = shapes[rid] if rid in shapes else shapes.setdefault(
                     rid, _shape(sreq, clip)
                 )  # fmt: skip
-                if shape is not None and length is not None:
+                if shape is not None:
                     filled, outputs, ignores = shape
-                    needs[id(req)] = max(1, filled - length) + outputs
-                    ignores_eos = ignores_eos or ignores
-        if self.matches is not None:
-            self.matches.end()
-        self.feed.prune(self.table.queue)
-        return matches, needs, ignores_eos
+                    tracked.need = max(1, filled - length) + outputs
+                    if ignores:
+                        ignoring[rid] = None
+        self.feed.prune(queue)
 
     def _settle_queue(self, waiting: list[Any]) -> dict[str, Any]:
         """SGLang's waiting list by rid, after settling what it says happened: requests
@@ -347,7 +382,7 @@ class PolicyHost:
         return float(adder.rem_total_tokens) - float(adder.per_req_token_overhead)
 
     def _admitted(self, decision: Decision, tracked: Tracked, sreq: ReqLike) -> None:
-        self.shapes.pop(tracked.req.id, None)  # back in the queue only with more outputs
+        self._left_queue(tracked.req.id)  # back in the queue only with more outputs
         self.table.started(tracked)
         req, extend = tracked.req, real_extend_tokens(sreq)
         req.cached_tokens = max(0, req.input_tokens - extend)
@@ -416,8 +451,15 @@ class PolicyHost:
                     self.table.forget(tracked.req.id)
                     self.counters.finished += 1
 
+    def _left_queue(self, rid: str) -> None:
+        """What the host keeps about a waiting request goes when it leaves the queue."""
+        self.shapes.pop(rid, None)
+        self.ignoring.pop(rid, None)
+        if self.matches is not None:
+            self.matches.forget(rid)
+
     def _abort(self, tracked: Tracked, was_waiting: bool) -> None:
-        self.shapes.pop(tracked.req.id, None)
+        self._left_queue(tracked.req.id)
         self.policy.on_abort(tracked.req, self.now, was_waiting=was_waiting)
         self.table.forget(tracked.req.id)
         self.counters.aborted += 1

@@ -52,6 +52,9 @@ TREE_CORE_CLASS = "UnifiedTreeCore"
 """The classes whose shape the walk mirrors (checked by name: SGLang is never imported
 here, and a subclass may match differently)."""
 FORCE_MISS_ENV = "SGLANG_RADIX_FORCE_MISS"
+SWEEP_SLACK = 64
+"""Matches that may leave their groups between two sweeps of the empty groups, besides
+one per kept match (a sweep reads every group: amortised O(1) per leave)."""
 """SGLang's switch that makes every match empty (then ``prefix_len`` is used)."""
 
 
@@ -62,7 +65,7 @@ class _Kept:
     ``parent_length``. The key itself is not kept (a copy of every waiting prompt): it is
     built again for a walk, which reads it whole anyway."""
 
-    __slots__ = ("head", "length", "node", "parent", "parent_length", "tokens")
+    __slots__ = ("group", "head", "length", "node", "parent", "parent_length", "tokens")
 
     def __init__(self, tokens: int) -> None:
         self.tokens = tokens
@@ -71,6 +74,34 @@ class _Kept:
         self.head: Any = None
         self.parent: Any = None
         self.parent_length = 0
+        self.group: dict[str, _Kept] | None = None
+        """The member table of the group it is registered in (see :meth:`KeptMatches.stale`)."""
+
+
+class _EndGroup:
+    """Kept matches ending where ``node``'s edge ends, by the key's next child key
+    (``head``; None where the key ends there). Such a match stays while ``node`` is in the
+    tree and has no child under its head, so only a child added under a member's head
+    moves it: ``keys`` are ``node``'s child keys when the members were last known right."""
+
+    __slots__ = ("by_head", "keys", "node")
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self.keys: set[Any] = set(node.children)
+        self.by_head: dict[Any, dict[str, _Kept]] = {}
+
+
+class _InsideGroup:
+    """Kept matches ending part-way along ``node``'s edge, below ``parent``: they stay
+    while ``node`` is in the tree, not evicted, and still below ``parent``."""
+
+    __slots__ = ("members", "node", "parent")
+
+    def __init__(self, node: Any, parent: Any) -> None:
+        self.node = node
+        self.parent = parent
+        self.members: dict[str, _Kept] = {}
 
 
 class KeptMatches:
@@ -86,10 +117,22 @@ class KeptMatches:
         self._core: Any = None
         self._key_type: Any = None
         self._arena: dict[Any, Any] = {}
+        self._ends: dict[int, _EndGroup] = {}
+        """id(node) -> the kept matches ending where its edge ends."""
+        self._inside: dict[int, _InsideGroup] = {}
+        """id(node) -> the kept matches ending inside its edge."""
+        self._fragile: dict[str, _Kept] = {}
+        """Kept matches the groups cannot vouch for (they stop before a child that is
+        there but evicted): checked again at every decision."""
+        self._dropped: list[str] = []
+        """Requests whose kept match a reset of the tree dropped."""
+        self._left = 0
+        """Matches that left a group since empty groups were last swept out."""
         self.walks = 0
         """Matches walked (from the root or resumed below it) since creation."""
         self.reused = 0
-        """Matches answered from a kept one without a walk since creation."""
+        """Matches answered from a kept one without a walk since creation (with
+        :meth:`stale`: also those its groups vouched for, which nobody asks about)."""
 
     def begin(self, cache: Any) -> Callable[[Any], int | None] | None:
         """Start a decision over ``cache``: the function giving a waiting request's match
@@ -98,10 +141,10 @@ class KeptMatches:
         :meth:`end` are forgotten."""
         core = _supported_core(cache)
         if core is None:
-            self.kept.clear()
+            self._clear()
             return None
         if core is not self._core or core.root_node is not self._root:
-            self.kept.clear()  # another tree, or SGLang's reset: every node is gone
+            self._clear()  # another tree, or SGLang's reset: every node is gone
             self._core, self._root = core, core.root_node
             self._key_type = type(core.root_node.key)
             self._arena = core._node_arena
@@ -110,7 +153,85 @@ class KeptMatches:
 
     def end(self) -> None:
         """The decision asked about every waiting request: keep only theirs."""
-        self.kept, self._next = self._next, {}
+        for rid in self.kept.keys() - self._next.keys():
+            self.forget(rid)
+        self._next = {}
+
+    def stale(self) -> list[str]:
+        """After :meth:`begin`: the requests whose kept match may have moved since they
+        were last asked about (or was dropped); a caller that asks about these (and the
+        requests it never asked about) and keeps the other answers has every match as
+        :meth:`length` would give it now, without one dict lookup per waiting request.
+
+        The groups are checked, not the members: a group of matches ending at a node's
+        edge end is vouched for while the node is in the tree and no child was added
+        under a member's head (its child keys compared in C); a group ending inside an
+        edge while the edge's node is in the tree, not evicted, below the same parent.
+        With ``keep=False`` every kept request is stale."""
+        out, self._dropped = self._dropped, []
+        if not self.keep:
+            out.extend(self.kept)
+            return out
+        out.extend(_detach(self._fragile))
+        self._fragile = {}
+        in_tree = self._in_tree
+        for key, end in list(self._ends.items()):
+            node = end.node
+            if not in_tree(node):
+                for members in end.by_head.values():
+                    out.extend(_detach(members))
+                del self._ends[key]
+                continue
+            children = node.children
+            if children.keys() == end.keys:
+                continue
+            added = children.keys() - end.keys
+            end.keys = set(children)
+            by_head = end.by_head
+            for head in added:
+                if head in by_head:
+                    out.extend(_detach(by_head.pop(head)))
+            if not by_head:
+                del self._ends[key]
+        for key, inside in list(self._inside.items()):
+            node = inside.node
+            if node.parent is not inside.parent or node.evicted or not in_tree(node):
+                out.extend(_detach(inside.members))
+                del self._inside[key]
+        self.reused += max(0, len(self.kept) - len(out))  # vouched for: nothing to read
+        return out
+
+    def forget(self, rid: str) -> None:
+        """``rid`` left the waiting queue (or came back with outputs)."""
+        kept = self.kept.pop(rid, None)
+        if kept is not None:
+            self._leave(rid, kept)
+
+    def _leave(self, rid: str, kept: _Kept) -> None:
+        group = kept.group
+        if group is None:
+            return
+        group.pop(rid, None)
+        kept.group = None
+        self._left += 1
+        if self._left > len(self.kept) + SWEEP_SLACK:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop the groups (and heads) whose members all left."""
+        self._left = 0
+        for key, end in list(self._ends.items()):
+            end.by_head = {head: group for head, group in end.by_head.items() if group}
+            if not end.by_head:
+                del self._ends[key]
+        self._inside = {key: inside for key, inside in self._inside.items() if inside.members}
+
+    def _clear(self) -> None:
+        self._dropped.extend(self.kept)
+        self.kept.clear()
+        self._ends.clear()
+        self._inside.clear()
+        self._fragile.clear()
 
     def length(self, sreq: Any) -> int | None:
         """``sreq``'s match length now (kept, or walked where the tree changed)."""
@@ -120,12 +241,48 @@ class KeptMatches:
         tokens = len(sreq.origin_input_ids) + len(sreq.output_ids)
         kept = self.kept.get(rid)
         if kept is None or kept.tokens != tokens or not self.keep:
+            if kept is not None:
+                self.forget(rid)
             kept = _Kept(tokens)
             self._walk(kept, sreq, self._root, 0)
         else:
             self._check(kept, sreq)
-        self._next[rid] = kept
+        self.kept[rid] = self._next[rid] = kept
+        if self.keep:
+            self._register(rid, kept)
         return kept.length
+
+    def _register(self, rid: str, kept: _Kept) -> None:
+        """File ``kept`` in the group that vouches for it (see :meth:`stale`)."""
+        group = self._group_for(kept)
+        if group is kept.group:
+            return
+        self._leave(rid, kept)
+        group[rid] = kept
+        kept.group = group
+
+    def _group_for(self, kept: _Kept) -> dict[str, _Kept]:
+        """The member table of the group ``kept`` belongs in now."""
+        node = kept.node
+        if kept.parent is not None:
+            inside = self._inside.get(id(node))
+            if inside is None or inside.parent is not kept.parent:
+                if inside is not None:  # moved since :meth:`stale` last looked
+                    self._dropped.extend(_detach(inside.members))
+                inside = self._inside[id(node)] = _InsideGroup(node, kept.parent)
+            return inside.members
+        head = kept.head
+        end = self._ends.get(id(node))
+        if end is None:
+            end = self._ends[id(node)] = _EndGroup(node)
+        if head is not None and (head in node.children or head in end.keys):
+            # A child there but evicted, or one that left since the group's keys were
+            # read: the keys cannot tell when it comes back. Checked at every decision.
+            return self._fragile
+        group = end.by_head.get(head)
+        if group is None:
+            group = end.by_head[head] = {}
+        return group
 
     def _key(self, sreq: Any) -> Any:
         """The key ``calc_priority`` matches (``match_kv_cache`` with
@@ -189,6 +346,13 @@ class KeptMatches:
             head = None
         kept.length, kept.node, kept.head = offset, node, head
         kept.parent, kept.parent_length = None, 0
+
+
+def _detach(members: dict[str, _Kept]) -> list[str]:
+    """The rids of ``members``, no longer in any group (kept: a walk resumes from them)."""
+    for kept in members.values():
+        kept.group = None
+    return list(members)
 
 
 def _supported_core(cache: Any) -> Any:

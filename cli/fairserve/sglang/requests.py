@@ -49,7 +49,9 @@ class Tracked:
     req: Request
     state: State = State.WAITING
     matched: int | None = None
-    """Its prefix match at the last decision it waited through (None: none yet)."""
+    """Its prefix match when last read (None: not read since it arrived or came back)."""
+    need: int | None = None
+    """KV tokens SGLang's adder charges it at least, from that match (None: unknown)."""
 
 
 def client_of(sreq: ReqLike) -> str:
@@ -135,6 +137,8 @@ class RequestTable:
     by_rid: dict[str, Tracked] = field(default_factory=dict)
     queue: dict[str, Tracked] = field(default_factory=dict)
     """The waiting requests by rid, front first."""
+    unread: dict[str, None] = field(default_factory=dict)
+    """Waiting requests whose match was not read since they joined the queue."""
 
     def get(self, rid: object) -> Tracked | None:
         return self.by_rid.get(str(rid))
@@ -144,14 +148,16 @@ class RequestTable:
         tracked = Tracked(req)
         self.by_rid[req.id] = tracked
         self.queue[req.id] = tracked
+        self.unread[req.id] = None
         return tracked
 
     def put_back(self, tracked: Tracked) -> None:
         """A retraction: waiting again, at the front (a new dict: O(waiting) in C, once per
         retracted request)."""
         tracked.state = State.WAITING
-        tracked.matched = None
+        tracked.matched = tracked.need = None
         self.queue = {tracked.req.id: tracked, **self.queue}
+        self.unread[tracked.req.id] = None
 
     def started(self, tracked: Tracked) -> None:
         """An admission: running, out of the waiting order."""
