@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import math
+import struct
 from typing import Any
 
 from hypothesis import given, settings
@@ -26,6 +27,7 @@ from fairserve.router.accounting import (
     Totals,
     Usage,
 )
+from fairserve.router.client_stats import RECENT_SLACK
 
 CLIENTS = 10_000
 LEDGER_TRACKED_PER_CLIENT = 3
@@ -156,6 +158,8 @@ def test_percentiles_read_the_last_recent_requests_only() -> None:
     for k in range(total):
         acc.arrived("a", 1.0, 10.0 + k)
         acc.finished("a", "w", 1.0, Usage(1, 0, 1), float(k), float(k) / 2, 10.0 + k)
+        for kept in (acc.clients["a"].latencies_s, acc.clients["a"].ttfts_s):  # bounded
+            assert len(kept) < (RECENT_REQUESTS + RECENT_SLACK) * struct.calcsize("d")
     view = acc.client_view("a", 10.0 + total)
     last = [float(k) for k in range(total - RECENT_REQUESTS, total)]
     assert view["latency_p50_s"] == percentile(last, 50)
