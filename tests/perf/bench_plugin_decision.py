@@ -14,7 +14,9 @@ the policy's LPM order up to its first question) and the whole decision (SGLang'
 what the policy's kept order did over the run: full sorts (``LPMIndex.rebuilds``) against
 decisions, requests re-keyed, and SGLang's retractions, which made the plugin's list one
 the order did not predict before the host kept it (issue 23). ``--profile`` prints where
-``begin_decision``'s time goes at the last size instead.
+``begin_decision``'s time goes at the last size instead. The same queue without the plugin
+(SGLang's own ordering, FCFS above 128 waiting) gives the floor: SGLang's ``calc_priority``
+and admission loop, and the harness's per-decision record of every waiting request.
 """
 
 from __future__ import annotations
@@ -42,10 +44,13 @@ QUANTUM = 256.0
 
 
 def one_round(size: int, steps: int, clock_name: str) -> list[Result]:
-    """One run of the DLPM case at ``size`` waiting; the policy's counters in the note."""
+    """One run of the DLPM case at ``size`` waiting (the policy's counters in the note),
+    and one without the plugin: SGLang's own decision and the harness's bookkeeping, what
+    the plugin's decision cannot go below."""
     from fairserve.sched.local.dlpm import DLPM
     from fairserve.sglang import hooks
 
+    floor = bench(size, None, None, None, steps, CLOCKS[clock_name], True)
     results = bench(size, "dlpm", QUANTUM, "kept", steps, CLOCKS[clock_name], True)
     host = hooks.PLUGIN.host
     assert host is not None and isinstance(host.policy, DLPM)
@@ -58,6 +63,10 @@ def one_round(size: int, steps: int, clock_name: str) -> list[Result]:
         Result(r.bench, r.case, r.median / 1000, r.best / 1000 if r.best else None,
                r.p99 / 1000 if r.p99 else None, "ms", note=f"{r.note}; {note}")
         for r in results if not r.case.startswith("iteration")
+    ] + [
+        Result(r.bench, r.case, r.median / 1000, r.best / 1000 if r.best else None,
+               r.p99 / 1000 if r.p99 else None, "ms", note=r.note)
+        for r in floor if r.case.startswith("decision")
     ]  # fmt: skip
 
 

@@ -49,9 +49,9 @@ class Recording(FCFS):
 def loop_decision(policy: FCFS, waiting: list[Request]) -> LoopDecision:
     for req in waiting:
         policy.on_arrival(req, 0.0)
-    origin = {id(r): r for r in waiting}
+    origin = {r: r for r in waiting}
     decide = policy.decide(waiting, lambda r: 0, 0.0)
-    return LoopDecision(list(waiting), origin, {id(r): 0 for r in waiting}, decide)
+    return LoopDecision(list(waiting), origin, {r: 0 for r in waiting}, decide)
 
 
 def test_questions_come_one_at_a_time_in_the_policy_order() -> None:
@@ -104,7 +104,7 @@ def test_the_asked_request_is_brought_right_after_the_current_slot() -> None:
     for req in waiting:
         policy.on_arrival(req, 0.0)
     sglang_order = [waiting[3], waiting[2], waiting[1], waiting[0]]
-    origin = {id(r): r for r in waiting}
+    origin = {r: r for r in waiting}
     decision = LoopDecision(sglang_order, origin, {}, policy.decide(waiting, lambda r: 0, 0.0))
     decision.bring_forward(-1)
     assert [r.id for r in sglang_order] == ["r0", "r3", "r2", "r1"]
@@ -163,7 +163,7 @@ def test_requests_are_found_by_identity_not_equality() -> None:
     for req in waiting:
         policy.on_arrival(req, 0.0)
     sglang = [Equal(), Equal(), Equal()]
-    origin = {id(r): s for r, s in zip(waiting, reversed(sglang), strict=True)}
+    origin = {r: s for r, s in zip(waiting, reversed(sglang), strict=True)}
     order = list(sglang)
     decision = LoopDecision(order, origin, {}, policy.decide(waiting, lambda r: 0, 0.0))
     decision.bring_forward(-1)

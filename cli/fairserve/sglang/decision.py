@@ -22,6 +22,7 @@ request the engine cannot take now.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fairserve.core.types import Request
@@ -35,15 +36,15 @@ class Decision:
     def __init__(
         self,
         waiting: list[Any],
-        origin: dict[int, Any],
-        matched: dict[int, int],
+        origin: Mapping[Request, Any],
+        matched: Mapping[Request, int],
         decide: PolicyDecision,
     ) -> None:
         self.waiting = waiting
         self.origin = origin
-        """id(core request) → SGLang request."""
+        """Core request → SGLang request."""
         self.matched = matched
-        """id(core request) → the prefix match the policy was told (``match_len``)."""
+        """Core request → the prefix match the policy was told (``match_len``)."""
         self._decide = decide
         self.question: Request | None = None
         """The request the policy asks about now; None once its decision has finished."""
@@ -54,8 +55,8 @@ class Decision:
         self.cursor = 0
         self.admitted: list[tuple[Request, int]] = []
         """(core request, real extend tokens) in admission order."""
-        self.needs: dict[int, int | None] = {}
-        """id(core request) → KV tokens SGLang's adder charges it at least (absent or None:
+        self.needs: Mapping[Request, int | None] = {}
+        """Core request → KV tokens SGLang's adder charges it at least (absent or None:
         unknown; see :meth:`fairserve.sglang.host.PolicyHost.admit`)."""
         self.least_need: int | None = None
         """The smallest of :attr:`needs` over every candidate (None: one is unknown)."""
@@ -103,7 +104,7 @@ class Decision:
         only to answer ``NO_TOKEN``, which the policy hears as the same ``NO_FIT``."""
         needs = self.needs
         while (question := self.question) is not None:
-            need = needs.get(id(question))
+            need = needs.get(question)
             if need is None or need < room:
                 return
             self._advance(NO_FIT)
@@ -115,7 +116,7 @@ class Decision:
         (it cannot be offered again in this decision)."""
         waiting = self.waiting
         while (question := self.question) is not None:
-            sreq = self.origin[id(question)]
+            sreq = self.origin[question]
             target = position + 1
             found = _index(waiting, sreq, target)
             if found < 0:

@@ -117,10 +117,10 @@ class KeptMatches:
         self._core: Any = None
         self._key_type: Any = None
         self._arena: dict[Any, Any] = {}
-        self._ends: dict[int, _EndGroup] = {}
-        """id(node) -> the kept matches ending where its edge ends."""
-        self._inside: dict[int, _InsideGroup] = {}
-        """id(node) -> the kept matches ending inside its edge."""
+        self._ends: dict[Any, _EndGroup] = {}
+        """Node (hashed by identity) -> the kept matches ending where its edge ends."""
+        self._inside: dict[Any, _InsideGroup] = {}
+        """Node -> the kept matches ending inside its edge."""
         self._fragile: dict[str, _Kept] = {}
         """Kept matches the groups cannot vouch for (they stop before a child that is
         there but evicted): checked again at every decision."""
@@ -265,16 +265,16 @@ class KeptMatches:
         """The member table of the group ``kept`` belongs in now."""
         node = kept.node
         if kept.parent is not None:
-            inside = self._inside.get(id(node))
+            inside = self._inside.get(node)
             if inside is None or inside.parent is not kept.parent:
                 if inside is not None:  # moved since :meth:`stale` last looked
                     self._dropped.extend(_detach(inside.members))
-                inside = self._inside[id(node)] = _InsideGroup(node, kept.parent)
+                inside = self._inside[node] = _InsideGroup(node, kept.parent)
             return inside.members
         head = kept.head
-        end = self._ends.get(id(node))
+        end = self._ends.get(node)
         if end is None:
-            end = self._ends[id(node)] = _EndGroup(node)
+            end = self._ends[node] = _EndGroup(node)
         if head is not None and (head in node.children or head in end.keys):
             # A child there but evicted, or one that left since the group's keys were
             # read: the keys cannot tell when it comes back. Checked at every decision.

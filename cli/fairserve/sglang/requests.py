@@ -52,6 +52,8 @@ class Tracked:
     """Its prefix match when last read (None: not read since it arrived or came back)."""
     need: int | None = None
     """KV tokens SGLang's adder charges it at least, from that match (None: unknown)."""
+    sreq: Any = None
+    """The SGLang request, as last seen in the waiting queue."""
 
 
 def client_of(sreq: ReqLike) -> str:
@@ -139,34 +141,60 @@ class RequestTable:
     """The waiting requests by rid, front first."""
     unread: dict[str, None] = field(default_factory=dict)
     """Waiting requests whose match was not read since they joined the queue."""
+    by_key: dict[Request, Tracked] = field(default_factory=dict)
+    """Every request by core request (hashed by identity; what a decision looks up)."""
+    sreqs: dict[Any, Tracked] = field(default_factory=dict)
+    """The waiting requests by SGLang object (hashed by identity: SGLang's ``Req`` has no
+    ``__eq__``): whether SGLang's list holds exactly them is one set comparison in C that
+    reads no request's fields."""
 
     def get(self, rid: object) -> Tracked | None:
         return self.by_rid.get(str(rid))
 
-    def add(self, req: Request) -> Tracked:
+    def add(self, req: Request, sreq: Any = None) -> Tracked:
         """An arrival: waiting, at the back."""
         tracked = Tracked(req)
         self.by_rid[req.id] = tracked
+        self.by_key[req] = tracked
         self.queue[req.id] = tracked
         self.unread[req.id] = None
+        self.bind(tracked, sreq)
         return tracked
 
-    def put_back(self, tracked: Tracked) -> None:
+    def bind(self, tracked: Tracked, sreq: Any) -> None:
+        """``sreq`` is the SGLang object of the waiting request ``tracked``."""
+        sreqs, old = self.sreqs, tracked.sreq
+        try:
+            if old is not None and sreqs.get(old) is tracked:
+                del sreqs[old]
+            if sreq is not None:
+                sreqs[sreq] = tracked
+        except TypeError:  # an unhashable request type: SGLang's lists are read by rid
+            pass
+        tracked.sreq = sreq
+
+    def put_back(self, tracked: Tracked, sreq: Any) -> None:
         """A retraction: waiting again, at the front (a new dict: O(waiting) in C, once per
         retracted request)."""
         tracked.state = State.WAITING
         tracked.matched = tracked.need = None
         self.queue = {tracked.req.id: tracked, **self.queue}
         self.unread[tracked.req.id] = None
+        self.bind(tracked, sreq)
 
     def started(self, tracked: Tracked) -> None:
         """An admission: running, out of the waiting order."""
         tracked.state = State.RUNNING
         self.queue.pop(tracked.req.id, None)
+        self.bind(tracked, None)
 
     def forget(self, rid: str) -> None:
-        self.by_rid.pop(rid, None)
+        tracked = self.by_rid.pop(rid, None)
+        if tracked is None:
+            return
         self.queue.pop(rid, None)
+        self.by_key.pop(tracked.req, None)
+        self.bind(tracked, None)
 
     def waiting(self) -> list[Tracked]:
         """The waiting requests, front first."""
