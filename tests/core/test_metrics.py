@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Sequence
 from itertools import combinations
@@ -186,6 +187,18 @@ def test_gap_only_counts_while_both_are_backlogged() -> None:
     # a stays backlogged throughout: b gains 10 vs a's 2 over [2, 3]
     other = backlogged_vs_other_gap(samples)
     assert (other.value, other.clients, other.t1_s, other.t2_s) == (8.0, ("b", "a"), 2.0, 3.0)
+
+
+def test_a_sample_owns_no_tracked_object_after_a_collection() -> None:
+    """The router keeps ~600 samples of ~400 backlogged names each: a frozenset per sample
+    is a tracked container the collector walks in every full collection (issue 18); a
+    tuple of names is untracked by the first collection that sees it. The set view stays."""
+    sample = ServiceSample(0.0, {"b": 1.0, "a": 2.0}, frozenset({"b", "a"}))
+    gc.collect()
+    owned = [o for o in gc.get_referents(sample) if not isinstance(o, type)]
+    assert [o for o in owned if gc.is_tracked(o)] == []
+    assert sample.backlogged == frozenset({"a", "b"})
+    assert sample == ServiceSample(0.0, {"a": 2.0, "b": 1.0}, ["a", "b", "a"])
 
 
 @pytest.mark.parametrize("gap", [max_service_gap, backlogged_vs_other_gap])

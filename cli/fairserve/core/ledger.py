@@ -292,7 +292,7 @@ class ServiceLedger:
             rates[name] = max(0.0, delta) / span_s / (history.weight if weighted else 1.0)
         judged_start = min((spans[n][0] for n in rates), default=start_s)
         inside = tuple(s for s in self.samples if s.t_s >= start_s)
-        backlogged = frozenset().union(*(s.backlogged for s in inside))
+        backlogged = frozenset().union(*(s.names for s in inside))
         parts = WindowParts(
             window_s, now_s, weighted, rates, judged_start, backlogged, inside,
             self._weights(backlogged),

@@ -115,7 +115,7 @@ def view_steps(parts: WindowParts) -> Steps[WindowView]:
                 s.t_s,
                 {c: s.cumulative[c] / weights[c] for c in keep
                  if c in s.cumulative and c in weights},
-                s.backlogged & keep,
+                keep.intersection(s.names),
             )
             for s in parts.samples
         ]  # fmt: skip

@@ -288,7 +288,7 @@ class WindowCache:
         was backlogged at, kept as samples enter the window and leave it."""
         counted, counts = self.counted, self.backlogged
         while counted and counted[0].t_s < start_s:
-            for name in counted.popleft().backlogged:
+            for name in counted.popleft().names:
                 counts[name] -= 1
                 if not counts[name]:
                     del counts[name]
@@ -300,6 +300,6 @@ class WindowCache:
             newer.append(sample)
         for sample in reversed(newer):
             counted.append(sample)
-            for name in sample.backlogged:
+            for name in sample.names:
                 counts[name] = counts.get(name, 0) + 1
         return counts.keys()

@@ -46,17 +46,35 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ServiceSample:
     """Cumulative service per client at time ``t_s`` and who was backlogged then.
 
     A client is backlogged at a sample when it had a request waiting in the queue; a pair
     is continuously backlogged over ``[t_i, t_j]`` when both were backlogged at every sample
-    from ``i`` to ``j``."""
+    from ``i`` to ``j``.
+
+    The names are kept as a sorted tuple (:attr:`names`), not a set: a router keeps ~600
+    samples of hundreds of names, and a frozenset is a container the garbage collector
+    tracks and walks in every full collection, while a tuple of strings is untracked by
+    the first collection that sees it (issue 18). :attr:`backlogged` is the set view for
+    membership tests; loops over the names read :attr:`names` (no set built)."""
 
     t_s: float
     cumulative: Mapping[str, float]
-    backlogged: frozenset[str]
+    names: tuple[str, ...]
+    """The backlogged clients, sorted, each once."""
+
+    def __init__(self, t_s: float, cumulative: Mapping[str, float], backlogged: Iterable[str]):
+        object.__setattr__(self, "t_s", t_s)
+        object.__setattr__(self, "cumulative", cumulative)
+        unique = backlogged if isinstance(backlogged, (set, frozenset)) else set(backlogged)
+        object.__setattr__(self, "names", tuple(sorted(unique)))
+
+    @property
+    def backlogged(self) -> frozenset[str]:
+        """The backlogged clients as a set (built on each call: for membership tests)."""
+        return frozenset(self.names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +96,7 @@ def max_service_gap(samples: Sequence[ServiceSample]) -> ServiceGap:
     best = ServiceGap(0.0)
     open_runs: dict[tuple[str, str], tuple[float, float, float, float]] = {}
     for sample in samples:
-        active = sorted(sample.backlogged)
+        active = sample.names
         still_open: dict[tuple[str, str], tuple[float, float, float, float]] = {}
         for i, f in enumerate(active):
             for g in active[i + 1 :]:
@@ -108,7 +126,7 @@ def backlogged_vs_other_gap(samples: Sequence[ServiceSample]) -> ServiceGap:
     mins: dict[tuple[str, str], tuple[float, float]] = {}
     for sample in samples:
         next_mins: dict[tuple[str, str], tuple[float, float]] = {}
-        for f in sample.backlogged:
+        for f in sample.names:
             wf = sample.cumulative.get(f, 0.0)
             for g in clients:
                 if g == f:
