@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 from fairserve.core.types import Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer
 from fairserve.sched.local.dlpm import DLPM
+from fairserve.sched.local.lpm import lpm_sorted
+from fairserve.sched.local.lpm_index import LPMIndex
 from tests.fakes.factories import prefix_request
 
 QUANTUM = 60.0
@@ -252,3 +254,24 @@ def test_lists_the_events_do_not_describe_are_decided_like_the_full_sort() -> No
             got.append((asked, admitted, state(policy)))
         assert got[0] == got[1]
     assert fast.lpm_index.rebuilds == 4  # each list but the one with a request twice
+
+
+def test_moved_reports_of_a_list_the_events_do_not_describe_are_not_lost() -> None:
+    """A host reports a moved match at a decision whose list the index does not describe.
+    That decision and the next one, over a described list, must both see the new match,
+    although the host, having reported it once, does not report it again (the index
+    answered None there before: the caller sorted without it and the kept match stayed
+    stale)."""
+    index = LPMIndex()
+    reqs = [prefix_request(f"r{i}", "a", "doc", 8, 10, 4, arrival_s=float(i)) for i in range(3)]
+    match = dict.fromkeys(reqs, 0)
+    for req in reqs:
+        index.joined(req)
+    assert index.order_moved(reqs, match.__getitem__, []) is not None
+    match[reqs[2]] = 8
+    for waiting, moved in ((reqs[::-1], [reqs[2]]), (reqs, [])):
+        kept = index.order_moved(waiting, match.__getitem__, moved)
+        assert kept is not None
+        order, matched = kept
+        assert order == lpm_sorted(waiting, [match[r] for r in waiting], match)
+        assert matched[reqs[2]] == 8

@@ -162,10 +162,15 @@ class LPMIndex:
     ) -> tuple[list[Request], dict[Request, int]] | None:
         """:meth:`order` for a host that says which matches may have moved (``moved``,
         see :data:`MovedMatches`): ``match_len`` is asked only about those and about the
-        requests the order does not hold yet. None when ``waiting`` is not the queue the
-        events describe (the caller then reads every match and calls :meth:`order`)."""
+        requests the order does not hold yet.
+
+        When ``waiting`` is not the queue the events describe, every match is read and the
+        order rebuilt from that list at once: the host reports a moved match only once, so
+        a decision that left the kept matches as they were would keep a stale one for
+        every later decision. None only for a list with a request twice (the caller then
+        sorts it itself)."""
         if not self._describes(waiting):
-            return None
+            return self._rebuild(waiting, list(map(match_len, waiting)))
         self._settle()
         queue, matched = self.queue, self._matched
         reread = dict.fromkeys(self._unkeyed)
