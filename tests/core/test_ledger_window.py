@@ -5,12 +5,14 @@ a read back in time)."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
 
 from fairserve.core.ledger import ServiceLedger
 from fairserve.core.ledger_view import WindowView
+from fairserve.core.ledger_window import ClientHistory, Pairs
 
 
 def _figures(view: WindowView) -> tuple[object, ...]:
@@ -103,3 +105,28 @@ def test_names_passing_through_unread_keep_the_ledger_bounded() -> None:
     assert len(ledger._touched) <= 2 * len(ledger.clients) + 1024
     view = ledger.window(60.0, 3.0)
     assert _figures(view) == _figures(ledger.window_full(60.0, 3.0))
+
+
+def test_a_history_is_one_tracked_object_and_its_pairs_read_like_a_deque() -> None:
+    """Points and runs are packed in bytearrays (not containers for the collector, issue
+    18), read and changed through :class:`Pairs` as the deques of tuples were."""
+    history = ClientHistory(1.0)
+    points = history.points
+    for k in range(3):
+        points.append((float(k), 10.0 * k))
+    points[-1] = (2.5, 25.0)
+    assert list(history.points) == [(0.0, 0.0), (1.0, 10.0), (2.5, 25.0)]
+    assert (len(points), points[0], points[-2], bool(history.runs)) == (
+        3,
+        (0.0, 0.0),
+        (1.0, 10.0),
+        False,
+    )
+    points.popleft()
+    assert list(points) == [(1.0, 10.0), (2.5, 25.0)]
+    with pytest.raises(IndexError):
+        points[2]
+    with pytest.raises(IndexError):
+        points[-3] = (0.0, 0.0)
+    assert not any(gc.is_tracked(o) for o in gc.get_referents(history) if not isinstance(o, type))
+    assert isinstance(points, Pairs)

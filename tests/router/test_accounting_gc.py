@@ -30,9 +30,9 @@ from fairserve.router.accounting import (
 from fairserve.router.client_stats import RECENT_SLACK
 
 CLIENTS = 10_000
-LEDGER_TRACKED_PER_CLIENT = 3
-"""What the ledger (not this module) keeps tracked per client: its history record and the
-two deques of points and runs (``core/ledger_window.ClientHistory``)."""
+LEDGER_TRACKED_PER_CLIENT = 1
+"""What the ledger (not this module) keeps tracked per client: its history record
+(``core/ledger_window.ClientHistory``; its points and runs are packed in bytearrays)."""
 ACCOUNTING_TRACKED_PER_CLIENT = 1
 """The client's :class:`ClientStats`, nothing else."""
 

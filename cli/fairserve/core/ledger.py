@@ -34,9 +34,12 @@ from dataclasses import dataclass
 
 from fairserve.core.errors import ConfigError
 from fairserve.core.ledger_view import WindowParts, WindowView, finish, view_steps
+from fairserve.core.ledger_window import PAIR as _PAIR
 from fairserve.core.ledger_window import ClientHistory as _ClientHistory
 from fairserve.core.ledger_window import WindowCache
 from fairserve.core.metrics import ServiceSample
+
+_PAIR_SIZE = _PAIR.size
 
 DEFAULT_WINDOW_S = 60.0
 MAX_WINDOW_S = 600.0
@@ -129,15 +132,16 @@ class ServiceLedger:
         history.cumulative += service
         if self._caches:
             self._touched.add(name)
-        points = history.points
-        last_sample_s = self.samples[-1].t_s if self.samples else -math.inf
-        if (len(points) >= 2 and points[-2][0] >= last_sample_s) or (
-            points and points[-1][0] == now_s
+        points = history.packed_points  # (t_s, cumulative) pairs, read in place: per token
+        size, last_sample_s = len(points), self.samples[-1].t_s if self.samples else -math.inf
+        one, two = size - _PAIR_SIZE, size - 2 * _PAIR_SIZE
+        if (two >= 0 and _PAIR.unpack_from(points, two)[0] >= last_sample_s) or (
+            size and _PAIR.unpack_from(points, one)[0] == now_s
         ):
-            points[-1] = (now_s, history.cumulative)
+            _PAIR.pack_into(points, one, now_s, history.cumulative)
         else:
-            points.append((now_s, history.cumulative))
-        if len(points) == 2:  # points[1] moved or came: the first one a prune may reach
+            points += _PAIR.pack(now_s, history.cumulative)
+        if len(points) == 2 * _PAIR_SIZE:  # points[1] moved or came: a prune may reach [0]
             self._schedule(name, history)
 
     def busy(self, name: str, now_s: float) -> None:
@@ -160,7 +164,7 @@ class ServiceLedger:
         if history.busy == 0:
             self._busy.pop(name, None)
             if history.runs:
-                history.runs[-1] = (history.runs[-1][0], now_s)  # a tuple: see ClientHistory
+                history.runs[-1] = (history.runs[-1][0], now_s)
                 if self._caches:
                     self._touched.add(name)
                 if len(history.runs) == 1:  # runs[0] ended: a prune may reach it
