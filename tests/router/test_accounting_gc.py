@@ -3,9 +3,10 @@
 A full collection walks every object the collector tracks, and every reference each one
 holds, while the event loop waits. With 10,000 clients, per-client deques of floats and
 one list per second of rate history made it ~120 ms. A client's numeric history now lives
-in ``array.array`` buffers (untracked, and the collector does not look inside them): the
-client's :class:`ClientStats` is its only tracked object. The figures read off it are the
-same as before (checked here against a plain model of the events).
+in ``bytearray`` buffers (untracked, and the collector does not look inside them): the
+client's :class:`ClientStats` is its only tracked object, and the ledger's history record
+(its points and runs packed the same way) is the ledger's only one. The figures read off
+it are the same as before (checked here against a plain model of the events).
 """
 
 from __future__ import annotations
