@@ -204,8 +204,11 @@ class RadixTree:
                 tokens = len(child.edge) // TOKEN_BYTES
                 trie.owner_tokens[owner] = trie.owner_tokens.get(owner, 0) + tokens
             node = child
-        if trie.lru is not None and node is not self._root:
-            trie.lru.push(node)
+        if node is not self._root:
+            if trie.lru is not None:
+                trie.lru.push(node)
+            if owner is not None and trie.owner_lru:
+                trie.push_owner_leaf(node, owner)  # where the owner's new leaf may be
         return node, added
 
     def _locked_start(self, key: bytes, locked_key: bytes) -> Walk:

@@ -9,10 +9,8 @@ queries through it.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator
-
 from fairserve.core.errors import ConfigError
+from fairserve.core.radix_lru import OwnerLruIndex
 from fairserve.core.radix_node import Node, Owner, OwnerMatch
 from fairserve.core.radix_trie import Trie
 from fairserve.core.types import TOKEN_BYTES
@@ -60,6 +58,7 @@ class OwnerIndex:
 
     def remove_everywhere(self, owner: Owner) -> int:
         """Forget everything ``owner`` caches (a worker restarted or was removed)."""
+        self._trie.owner_lru.pop(owner, None)  # nothing left to index
         return sum(
             self._drop_owner_subtree(child, owner)
             for child in list(self._trie.root.children.values())
@@ -67,35 +66,30 @@ class OwnerIndex:
 
     def evict_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
         """Approximate an owner's LRU cache bound: drop its LRU leaves until it holds at most
-        ``max_tokens`` tokens. Returns the removed prefixes."""
+        ``max_tokens`` tokens. Returns the removed prefixes.
+
+        The leaves come from the owner's kept index (``Trie.owner_lru``), built here the
+        first time the owner is over its bound and fed by every change since, so a bound
+        does not walk the owner's whole subtree; the order is the same: least
+        ``(last_access, id)`` first among the owner's current leaves."""
         if max_tokens < 0:
             raise ConfigError(f"max_tokens must be >= 0, got {max_tokens}")
         removed: list[bytes] = []
         if self.tokens(owner) <= max_tokens:
             return removed
-        heap = [(n.last_access, id(n), n) for n in self._owner_leaves(owner)]
-        heapq.heapify(heap)
-        while heap and self.tokens(owner) > max_tokens:
-            _, _, leaf = heapq.heappop(heap)
-            if owner not in leaf.owners or any(owner in c.owners for c in leaf.children.values()):
-                continue
-            removed.append(self._trie.full_key(leaf))
-            parent = leaf.parent
-            self._drop_owner_subtree(leaf, owner)
-            if self._is_owner_leaf(parent, owner):
-                assert parent is not None
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+        trie = self._trie
+        index = trie.owner_lru.get(owner)
+        if index is None:
+            index = trie.owner_lru[owner] = OwnerLruIndex(owner, trie.root)
+        elif index.stale:
+            index.rebuild(trie.root)
+        while self.tokens(owner) > max_tokens:
+            leaf = index.pop()
+            if leaf is None:
+                break
+            removed.append(trie.full_key(leaf))
+            self._drop_owner_subtree(leaf, owner)  # pushes the parent if now a leaf
         return removed
-
-    def _owner_leaves(self, owner: Owner) -> Iterator[Node]:
-        stack = [c for c in self._trie.root.children.values() if owner in c.owners]
-        while stack:
-            node = stack.pop()
-            below = [c for c in node.children.values() if owner in c.owners]
-            if below:
-                stack.extend(below)
-            else:
-                yield node
 
     def _is_owner_leaf(self, node: Node | None, owner: Owner) -> bool:
         """True when ``owner`` holds ``node`` but none of its children."""
@@ -104,8 +98,19 @@ class OwnerIndex:
         return not any(owner in c.owners for c in node.children.values())
 
     def _drop_owner_subtree(self, top: Node, owner: Owner) -> int:
+        """Drop ``owner`` from ``top`` and below; its parent may become an owner leaf."""
+        parent = top.parent
         if self._trie.owned:
-            return self._drop_owner_owned(top, owner)
+            removed = self._drop_owner_owned(top, owner)
+        else:
+            removed = self._drop_owner_general(top, owner)
+        if owner in self._trie.owner_lru and self._is_owner_leaf(parent, owner):
+            assert parent is not None
+            self._trie.push_owner_leaf(parent, owner)
+        return removed
+
+    def _drop_owner_general(self, top: Node, owner: Owner) -> int:
+        """``_drop_owner_subtree`` for a tree that may hold locked or ownerless nodes."""
         removed = 0
         stack = [top]
         while stack:

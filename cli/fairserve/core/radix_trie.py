@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fairserve.core.radix_lru import LruIndex
+from fairserve.core.radix_lru import LruIndex, OwnerLruIndex
 from fairserve.core.radix_matches import MatchCache, revoke, revoke_all, revoke_inside
 from fairserve.core.radix_node import Node, Owner, Walk, common_tokens
 from fairserve.core.types import TOKEN_BYTES
@@ -31,6 +31,7 @@ class Trie:
         "lru",
         "matches",
         "owned",
+        "owner_lru",
         "owner_tokens",
         "protected_tokens",
         "root",
@@ -46,6 +47,9 @@ class Trie:
         self.owner_tokens: dict[Owner, int] = {}
         self.lru: LruIndex | None = None
         """Eviction candidates; built by the tree's first eviction, fed by every detach."""
+        self.owner_lru: dict[Owner, OwnerLruIndex] = {}
+        """Each owner's leaves, by last access; built by the owner's first LRU bound, fed
+        by every insert for the owner and every node that loses the owner below its parent."""
         self.owned = True
         """Every node has an owner and none was ever locked (a pure global tree): removing
         an owner then prunes exactly the nodes it left ownerless, found in one pass."""
@@ -152,9 +156,19 @@ class Trie:
         for owner in node.owners:
             self.owner_tokens[owner] -= tokens
         node.parent = None
-        if self.lru is not None and parent is not self.root:
-            self.lru.push(parent)
+        if parent is not self.root:
+            if self.lru is not None:
+                self.lru.push(parent)
+            if node.owners and self.owner_lru:  # a local eviction of an owned leaf
+                for owner in node.owners:
+                    self.push_owner_leaf(parent, owner)
         return parent
+
+    def push_owner_leaf(self, node: Node, owner: Owner) -> None:
+        """``node`` may have become one of ``owner``'s leaves (for its kept LRU index)."""
+        index = self.owner_lru.get(owner)
+        if index is not None and node is not self.root:
+            index.push(node)
 
     # ------------------------------------------------------------------ reading
     def full_key(self, node: Node) -> bytes:
