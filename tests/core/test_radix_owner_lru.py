@@ -167,6 +167,11 @@ def test_unique_prompts_under_a_bound_drop_the_oldest() -> None:
         assert shape(kept) == shape(scanning)
 
 
+def index_dropped(tree: RadixTree, owner: Owner) -> bool:
+    """Whether ``owner``'s kept index dropped its entries (to rebuild at the next bound)."""
+    return tree._trie.owner_lru[owner].stale
+
+
 def test_stale_entries_are_dropped_and_the_order_holds() -> None:
     """Re-recording one prompt pushes an entry each time; past the compaction size the index
     drops them all and rebuilds at the next eviction, in the same order."""
@@ -177,7 +182,9 @@ def test_stale_entries_are_dropped_and_the_order_holds() -> None:
         tree.evict_owner_lru("w0", 38)  # builds the kept index; drops [0, 1]
         for _ in range(OwnerLruIndex.COMPACT_MIN_ENTRIES + 10):
             tree.insert(tokens_to_key([19, 1]), "w0")
+    assert index_dropped(kept, "w0")  # past the compaction size
     assert kept.evict_owner_lru("w0", 20) == scanning.evict_owner_lru("w0", 20)
+    assert not index_dropped(kept, "w0")  # rebuilt by the eviction
     dropped = [tokens_to_key([i, 1]) for i in range(10, 19)]
     assert kept.evict_owner_lru("w0", 2) == scanning.evict_owner_lru("w0", 2) == dropped
     assert shape(kept) == shape(scanning)
