@@ -8,7 +8,7 @@ nothing under overload). The same run under ``--policy fcfs`` gives Jain's index
 (measured), so the threshold below tells the two apart. Real processes, 127.0.0.1, private
 XDG directories, bounded in time (about 70 s). Ten seconds of arrivals since the simulated
 worker's default running bound was lowered for light clients' latency under overload (52
-requests then, 92 now): the cluster then finished ~20% less at saturation, and a 20 s burst
+requests): the cluster then finished ~20% less at saturation, and a 20 s burst
 left client2 a backlog that outlasted the 60 s the bench gives it.
 """
 

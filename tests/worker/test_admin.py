@@ -37,8 +37,8 @@ def test_health_info_and_models() -> None:
                 assert info["max_total_num_tokens"] == 4096
                 assert info["chunked_prefill_size"] == 512
                 # The bounded running batch: the tokens at which the tiny profile's step
-                # takes 3 one-token steps (4,064) over the 5 a running request brings.
-                assert info["max_running_requests"] == 813
+                # takes 2 one-token steps (2,064) over the 5 a running request brings.
+                assert info["max_running_requests"] == 413
                 assert info["model_path"] == "sim-8b"
                 assert info["fairserve"] == {
                     "engine": "sim",

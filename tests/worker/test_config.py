@@ -72,11 +72,11 @@ def test_default_running_bound_is_the_largest_batch_within_the_step_target(
     one_token_s = batch.batch_time_s(1, 0)
     target_s = FULL_STEP_FACTOR * one_token_s
     if MIN_RUNNING_REQUESTS < bound < MAX_RUNNING_REQUESTS:
-        half = STEP_TOKENS_PER_REQUEST // 2  # the bound is rounded to the nearest request
+        half = (STEP_TOKENS_PER_REQUEST + 1) // 2  # the bound is rounded to the nearest request
         assert batch.batch_time_s(bound * STEP_TOKENS_PER_REQUEST - half, 0) <= target_s
         assert batch.batch_time_s((bound + 1) * STEP_TOKENS_PER_REQUEST, 0) > target_s
 
 
-def test_default_profile_running_bound_is_92() -> None:
-    """The figure the docs quote (README, operator guide): 92 for a100-llama-3-8b."""
-    assert max_running_requests(resolve_profile(DEFAULT_PROFILE)) == 92
+def test_default_profile_running_bound_is_52() -> None:
+    """The figure the docs quote (README, operator guide): 52 for a100-llama-3-8b."""
+    assert max_running_requests(resolve_profile(DEFAULT_PROFILE)) == 52

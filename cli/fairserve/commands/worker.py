@@ -70,7 +70,7 @@ def worker(
             "--max-running-requests",
             min=1,
             help="Most requests running at once; the rest wait (default: the profile's "
-            "max_running_requests, else the largest batch whose full step takes at most 3 "
+            "max_running_requests, else the largest batch whose full step takes at most 2 "
             "one-token steps, 32 to 1024).",
             show_default=False,
         ),
