@@ -4,7 +4,7 @@ exactly as when it offered every one.
 After ``PrefillAdder.add_one_req`` refuses a request for lack of KV (``NO_TOKEN``), the host
 compares each waiting request's least need (one extend token plus its output reservation)
 with the memory left: it ends the decision (``EXHAUSTED``) when none fits, and does not offer
-the ones that cannot (``host.AdmissionBound``). Here the same random workloads run through
+the ones that cannot (``admission.AdmissionBound``). Here the same random workloads run through
 SGLang's real scheduling objects twice, with every request offered (``host.bound = None``,
 the plugin before) and with the bound, under KV pools, prefill budgets and running-request
 bounds that make SGLang answer ``NO_TOKEN`` and ``OTHER``: admissions, retractions, outputs,

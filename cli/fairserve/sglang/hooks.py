@@ -13,11 +13,12 @@ import logging
 import time
 from typing import Any
 
+from fairserve.sglang.admission import AdmissionBound
 from fairserve.sglang.config import PluginConfig, build_policy
 from fairserve.sglang.control import PolicyChange
 from fairserve.sglang.evictions import is_cache_recorder, is_device_medium, node_tokens
 from fairserve.sglang.extension import ExtensionServer
-from fairserve.sglang.host import AdmissionBound, PolicyHost
+from fairserve.sglang.host import PolicyHost
 
 log = logging.getLogger("fairserve.sglang")
 

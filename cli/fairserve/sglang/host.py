@@ -20,8 +20,7 @@ own reasons) is closed by the next event, before the policy sees anything else.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable
 from operator import attrgetter
 from typing import Any, cast
 
@@ -29,10 +28,18 @@ from fairserve.core.errors import ConfigError
 from fairserve.core.types import Request, validate_weight
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, LocalPolicy
 from fairserve.sched.params import QUANTUM
+from fairserve.sglang.admission import (
+    AdmissionBound,
+    Shape,
+    holds_mamba,
+    request_shape,
+    room_left,
+)
 from fairserve.sglang.config import PluginConfig
 from fairserve.sglang.control import ControlChannel, PolicyChange
 from fairserve.sglang.decision import Decision
 from fairserve.sglang.evictions import EvictionFeed
+from fairserve.sglang.feed import Column, MatchFeed
 from fairserve.sglang.matches import KeptMatches
 from fairserve.sglang.requests import (
     EngineCounters,
@@ -45,28 +52,6 @@ from fairserve.sglang.requests import (
     to_request,
 )
 
-
-@dataclass(frozen=True)
-class AdmissionBound:
-    """What lets the host know, without SGLang matching a request, that
-    ``PrefillAdder.add_one_req`` would answer ``NO_TOKEN`` for it.
-
-    For the adder and memory budgets named here (SGLang's own ``PrefillAdder`` over a
-    ``PrefillBudget`` or ``SWAPrefillBudget``) a request is refused when
-    ``total_tokens >= rem_total_tokens``, where ``total_tokens`` is its extend (the tokens
-    past its kept match, at least 1: SGLang never matches a whole prompt) plus
-    ``min(max_new_tokens - outputs, clip_max_new_tokens)`` plus the adder's
-    ``per_req_token_overhead`` plus reserves that are never negative; ``rem_total_tokens``
-    read outside the adder's lock on the request's prefix can only be larger than inside
-    it. Other adders or budgets (shared SWA pools that chunk on a shortfall, diffusion
-    models, Mamba state slots) get no bound."""
-
-    clip_max_new_tokens: int
-    """SGLang's ``CLIP_MAX_NEW_TOKENS`` (the output reservation's cap)."""
-    adders: tuple[type, ...]
-    budgets: tuple[type, ...]
-
-
 _RID = attrgetter("rid")
 _REQ = attrgetter("req")
 _MATCHED = attrgetter("matched")
@@ -74,63 +59,9 @@ _NEED = attrgetter("need")
 _SREQ = attrgetter("sreq")
 
 
-class _Column(Mapping[Request, Any]):
-    """One field of the tracked requests by core request, read when looked up: a
-    decision looks up only the requests the policy asks about or admits, so a dict of
-    every waiting request's match, SGLang object and need is not built per decision."""
-
-    __slots__ = ("_by_key", "_field")
-
-    def __init__(self, by_key: dict[Request, Tracked], field: attrgetter[Any]) -> None:
-        self._by_key = by_key
-        self._field = field
-
-    def __getitem__(self, key: Request) -> Any:
-        return self._field(self._by_key[key])
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(self._by_key)
-
-
 KEPT_SLACK = 64
 """Kept matches of requests no longer waiting (none, unless SGLang admitted one outside a
 decision) past which they are dropped."""
-
-
-class MatchFeed:
-    """The ``match_len`` a decision gives the policy: the matches read at its start, and
-    (``moved``, :data:`~fairserve.sched.local.lpm_index.MovedMatches`) the waiting
-    requests whose match differs from the one read for them at an earlier decision, since
-    the policy last asked. DLPM then asks only about those and the new arrivals instead of
-    reading every match and comparing it with its kept one (~2 ms at 10,000 waiting)."""
-
-    __slots__ = ("moved_since", "told")
-
-    PRUNE_SLACK = 64
-    """Reports kept for requests no longer waiting, past which they are dropped (a policy
-    that never asks keeps none alive)."""
-
-    def __init__(self) -> None:
-        self.told: Mapping[Request, int] = {}
-        """The current decision's matches."""
-        self.moved_since: dict[Request, None] = {}
-        """Requests whose match moved since the last :meth:`moved` (in the order seen)."""
-
-    def __call__(self, req: Request) -> int:
-        return self.told[req]
-
-    def moved(self) -> list[Request]:
-        moved, self.moved_since = list(self.moved_since), {}
-        return moved
-
-    def prune(self, queue: dict[str, Tracked]) -> None:
-        """Drop reports about requests that left the queue, once they outnumber it."""
-        moved = self.moved_since
-        if len(moved) > 2 * len(queue) + self.PRUNE_SLACK:
-            self.moved_since = {r: None for r in moved if queue.get(r.id) is not None}
 
 
 class PolicyHost:
@@ -173,8 +104,9 @@ class PolicyHost:
         """None: every request the policy asks about is offered to SGLang (tests and the
         benchmark compare with it)."""
         self.shapes: dict[str, Shape | None] = {}
-        """rid → what a waiting request's least need is made of (:func:`_shape`), read once
-        per wait: it does not change while the request waits (None: not skipped)."""
+        """rid → what a waiting request's least need is made of
+        (:func:`~fairserve.sglang.admission.request_shape`), read once per wait: it does not
+        change while the request waits (None: not skipped)."""
 
     @property
     def now(self) -> float:
@@ -211,9 +143,10 @@ class PolicyHost:
         request's match in SGLang's radix tree ``cache``, kept across decisions
         (:mod:`fairserve.sglang.matches`); for a cache of another shape (or none) it is
         SGLang's ``prefix_len`` as its own matching left it. It also says which matches
-        moved since the policy last asked (``moved()``, see :class:`MatchFeed`). Requests
-        that left the queue without being admitted were aborted while waiting; requests in
-        it the plugin has not seen arrive now, in SGLang's order."""
+        moved since the policy last asked (``moved()``, see
+        :class:`~fairserve.sglang.feed.MatchFeed`). Requests that left the queue without
+        being admitted were aborted while waiting; requests in it the plugin has not seen
+        arrive now, in SGLang's order."""
         with self.lock:
             self._close_decision()
             self._settle_queue(waiting)
@@ -230,11 +163,11 @@ class PolicyHost:
             needs_known = list(map(_NEED, candidates))
             unknown = needs_known.count(None)
             by_key = table.by_key
-            matched = _Column(by_key, _MATCHED)
+            matched = Column(by_key, _MATCHED)
             self.feed.told = matched
             decide = self.policy.decide(requests, self.feed, self.now)
-            decision = Decision(waiting, _Column(by_key, _SREQ), matched, decide)
-            decision.needs = {} if unknown == len(candidates) else _Column(by_key, _NEED)
+            decision = Decision(waiting, Column(by_key, _SREQ), matched, decide)
+            decision.needs = {} if unknown == len(candidates) else Column(by_key, _NEED)
             decision.ignores_eos = any(rid in queue for rid in self.ignoring)
             if not unknown:
                 decision.least_need = min(cast(list[int], needs_known))  # none unknown
@@ -242,13 +175,13 @@ class PolicyHost:
             decision.bring_forward(-1)
 
     def _read_matches(self, cache: Any) -> None:
-        """Read the match (and least need, see :func:`_shape`) of every waiting request
-        whose match may have moved since it was last read: every one where the matches
-        are not kept (SGLang's ``prefix_len``), else the new and retracted ones, those
-        without a kept match (a streaming session) and those whose kept match the tree
-        may have moved (:meth:`KeptMatches.stale`: per group of matches ending at the same
-        place, not per request). The others keep what they hold (``Tracked.matched``);
-        the ones that changed are reported to :attr:`feed`."""
+        """Read the match (and least need, see :func:`~fairserve.sglang.admission.request_shape`) of
+        every waiting request whose match may have moved since it was last read: every one where the
+        matches are not kept (SGLang's ``prefix_len``), else the new and retracted ones, those
+        without a kept match (a streaming session) and those whose kept match the tree may have
+        moved (:meth:`KeptMatches.stale`: per group of matches ending at the same place, not per
+        request). The others keep what they hold (``Tracked.matched``); the ones that changed are
+        reported to :attr:`feed`."""
         table, queue = self.table, self.table.queue
         kept = self.matches.begin(cache) if self.matches is not None else None
         if kept is None or not self._kept_reads:
@@ -284,7 +217,7 @@ class PolicyHost:
             ignoring.pop(rid, None)
             if clip is not None and length is not None:
                 shape = shapes[rid] if rid in shapes else shapes.setdefault(
-                    rid, _shape(sreq, clip)
+                    rid, request_shape(sreq, clip)
                 )  # fmt: skip
                 if shape is not None:
                     filled, outputs, ignores = shape
@@ -328,26 +261,26 @@ class PolicyHost:
             self._abort(tracked, was_waiting=True)
 
     def admit(self, original: Callable[[], Any], adder: Any, sreq: ReqLike) -> Any:
-        """``PrefillAdder.add_one_req`` for ``sreq``: offer it to the engine only when the
-        policy asks about it, and tell the loop whether to go on.
+        """``PrefillAdder.add_one_req`` for ``sreq``: offer it to the engine only when the policy
+        asks about it, and tell the loop whether to go on.
 
-        Work conservation: a request the policy wanted but that does not fit the memory left
-        is skipped (``NO_FIT``) and the loop continues (``CONTINUE``) while the adder has
-        budget left; the loop stops when the budget is spent (``EXHAUSTED``: SGLang's own
-        loop stops at any result but ``CONTINUE``) or the policy has nothing more to ask.
+        Work conservation: a request the policy wanted but that does not fit the memory left is
+        skipped (``NO_FIT``) and the loop continues (``CONTINUE``) while the adder has budget left;
+        the loop stops when the budget is spent (``EXHAUSTED``: SGLang's own loop stops at any
+        result but ``CONTINUE``) or the policy has nothing more to ask.
 
-        After such a refusal the memory left (``rem_total_tokens``) is what every later
-        request is measured against (a refusal reserves nothing), so where the adder's rule
-        is known (:class:`AdmissionBound`) the host ends the decision (``EXHAUSTED``) when
-        even the least need of a waiting request does not fit it, and answers ``NO_FIT``
-        without offering them to questions about requests whose own least need does not fit:
-        SGLang would refuse each one after matching it in its tree, which with a full KV
-        pool and a long queue made one decision cost ~50 µs per waiting request. The
-        admissions and the policy's state are those of offering every one (``EXHAUSTED`` is
-        ``NO_FIT`` for the rest); the loop is told ``OTHER``, which, like the end of the
-        list it would otherwise reach, does not mark the running batch full. Only after a
-        refusal: after an admission the next request is offered, so SGLang's own checks
-        before ``add_one_req`` (the running-request bound) still run where they did."""
+        After such a refusal the memory left (``rem_total_tokens``) is what every later request is
+        measured against (a refusal reserves nothing), so where the adder's rule is known
+        (:class:`~fairserve.sglang.admission.AdmissionBound`) the host ends the decision
+        (``EXHAUSTED``) when even the least need of a waiting request does not fit it, and answers
+        ``NO_FIT`` without offering them to questions about requests whose own least need does not
+        fit: SGLang would refuse each one after matching it in its tree, which with a full KV pool
+        and a long queue made one decision cost ~50 µs per waiting request. The admissions and the
+        policy's state are those of offering every one (``EXHAUSTED`` is ``NO_FIT`` for the rest);
+        the loop is told ``OTHER``, which, like the end of the list it would otherwise reach, does
+        not mark the running batch full. Only after a refusal: after an admission the next request
+        is offered, so SGLang's own checks before ``add_one_req`` (the running-request bound) still
+        run where they did."""
         results = self.results
         with self.lock:
             decision = self.decision
@@ -368,9 +301,9 @@ class PolicyHost:
                 not admitted
                 and result == results.NO_TOKEN
                 and adder.budget_state() == results.CONTINUE
-                and not _holds_mamba(sreq)
+                and not holds_mamba(sreq)
             ):  # admitted, or too large for what is left: try the others
-                room = None if admitted else self._room(decision, adder)
+                room = None if admitted else room_left(self.bound, decision, adder)
                 least = decision.least_need
                 if room is not None and least is not None and least >= room:
                     decision.answer(EXHAUSTED)  # nothing waiting fits what is left
@@ -384,29 +317,6 @@ class PolicyHost:
             decision.answer(FIT if admitted else EXHAUSTED)
             self._close_decision()  # the loop stops here: nothing more fits
             return result
-
-    def _room(self, decision: Decision, adder: Any) -> float | None:
-        """The least need (:func:`_shape`) from which SGLang's ``add_one_req`` refuses
-        a request now; None where its rule is not the one :class:`AdmissionBound` knows."""
-        bound = self.bound
-        if (
-            bound is None
-            or not decision.needs
-            or type(adder) not in bound.adders
-            or type(getattr(adder, "memory_budget", None)) not in bound.budgets
-            or getattr(adder, "dllm_config", None) is not None
-            or bool(getattr(adder, "_mamba_slot_cost", 0))
-            or getattr(adder, "rem_mamba_slots", None) is not None
-            or getattr(adder, "is_hybrid_ssm_cache", False)
-            or getattr(
-                getattr(adder.tree_cache, "req_to_token_pool", None), "mamba_allocator", None
-            )
-            is not None  # requests may hold Mamba state (see _holds_mamba)
-        ):
-            return None
-        if decision.ignores_eos and getattr(adder.tree_cache, "disable", True):
-            return None  # SGLang's add_one_req_ignore_eos has rules of its own
-        return float(adder.rem_total_tokens) - float(adder.per_req_token_overhead)
 
     def _admitted(self, decision: Decision, tracked: Tracked, sreq: ReqLike) -> None:
         self._left_queue(tracked.req.id)  # back in the queue only with more outputs
@@ -547,32 +457,6 @@ class PolicyHost:
             }
 
 
-Shape = tuple[int, int, bool]
-"""(prompt and output tokens SGLang matches, output tokens it reserves, ignores EOS)."""
-
-
-def _shape(sreq: Any, clip_max_new_tokens: int) -> Shape | None:
-    """What a waiting request's least need is made of: KV tokens SGLang's ``add_one_req``
-    charges it at least, besides the adder's ``per_req_token_overhead``, are its extend and
-    its output reservation. The extend is the tokens past its kept match
-    (:mod:`fairserve.sglang.matches`: SGLang's own match in its tree, which does not change
-    during the admission loop), at least one (a prompt is never matched whole); requests
-    without a kept match (a cache of another shape: HiCache, SWA, Mamba, the Rust tree
-    core) are not skipped. None where the host does not skip the request: beam search and
-    LoRA requests (the loop's own checks before ``add_one_req`` depend on them), no
-    prompt."""
-    if getattr(sreq, "beam_group", None) is not None or getattr(sreq, "lora_id", None) is not None:
-        return None
-    sampling = sreq.sampling_params
-    max_new = getattr(sampling, "max_new_tokens", None)
-    prompt = getattr(sreq, "origin_input_ids", None)
-    if not isinstance(max_new, int) or not prompt:
-        return None
-    outputs = len(sreq.output_ids)
-    reserved = min(max(max_new - outputs, 0), clip_max_new_tokens)
-    return len(prompt) + outputs, reserved, bool(getattr(sampling, "ignore_eos", False))
-
-
 def _holds(waiting: list[Any], known: dict[Any, Tracked], exactly: bool = True) -> bool:
     """Whether SGLang's list ``waiting`` holds the objects ``known`` (``exactly``: and no
     other), compared by identity in C."""
@@ -581,9 +465,3 @@ def _holds(waiting: list[Any], known: dict[Any, Tracked], exactly: bool = True) 
     except TypeError:  # an unhashable request type: compare by rid
         return False
     return known.keys() == present if exactly else known.keys() <= present
-
-
-def _holds_mamba(sreq: Any) -> bool:
-    """Hybrid (Mamba) models stage per-request state before admission that SGLang releases
-    only when its loop stops at the request: never skip past such a request."""
-    return bool(getattr(getattr(sreq, "kv", None), "holds_mamba", False))
