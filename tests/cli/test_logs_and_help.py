@@ -4,11 +4,13 @@ carry a timestamp, ejections included, so a log can be matched with what clients
 
 from __future__ import annotations
 
+import json
 import re
 import select
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.cli.conftest import RunCli
@@ -117,3 +119,35 @@ def test_a_client_disconnect_is_not_a_traceback_in_the_worker_log() -> None:
     log = worker.stderr.read() if worker.stderr else ""
     assert "Traceback" not in log, log
     assert len(log.splitlines()) <= 4, log  # ready, shutting down, at most a line per event
+
+
+def test_router_records_a_trace_under_launchs_option_name(
+    fairserve_exe: Path, tmp_path: Path
+) -> None:
+    """``router --record`` is ``launch --record`` (an operator moving from one to the other
+    keeps the flag); ``--trace``, the older name, still works."""
+    worker = spawn(worker_command("--port", "0"))
+    routers: list[subprocess.Popen[str]] = []
+    try:
+        worker_url = read_ready_url(worker)
+        for flag in ("--record", "--trace"):
+            trace, port = tmp_path / f"{flag[2:]}.jsonl", free_port()
+            router = spawn([str(fairserve_exe), "router", "--port", str(port),
+                            "--worker-url", worker_url, flag, str(trace)])  # fmt: skip
+            routers.append(router)
+            _lines_until(router, "listening on", 20.0)
+            body = json.dumps({"model": "m", "prompt": "hello", "max_tokens": 2}).encode()
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/completions", data=body,
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                assert answer.status == 200
+            _stop(router)
+            lines = [json.loads(line) for line in trace.read_text().splitlines()]
+            assert lines[0]["fairserve_trace"] == 1, flag
+            assert len(lines) == 2 and lines[1]["client"] == "anonymous", (flag, lines)
+    finally:
+        _stop(worker)
+        for router in routers:
+            _stop(router)

@@ -99,9 +99,15 @@ def router(
     router_queue: opts.RouterQueue = "auto",
     max_outstanding_per_worker: opts.MaxOutstandingPerWorker = opts.DEFAULT_MAX_OUTSTANDING,
     metrics_max_clients: opts.MetricsMaxClients = opts.DEFAULT_METRICS_MAX_CLIENTS,
-    trace: Annotated[
+    record: Annotated[
         str | None,
-        typer.Option("--trace", metavar="FILE", help="Record a request trace (JSON lines)."),
+        typer.Option(
+            "--record",
+            "--trace",
+            metavar="TRACE",
+            help="Record a request trace (JSON lines), as launch --record does (--trace: "
+            "the older name).",
+        ),
     ] = None,
     drain_timeout: opts.DrainTimeout = opts.DEFAULT_DRAIN_TIMEOUT_S,
     request_timeout: opts.RequestTimeout = opts.DEFAULT_REQUEST_TIMEOUT_S,
@@ -150,7 +156,7 @@ def router(
         router_queue=router_queue,  # type: ignore[arg-type]  # checked by the callback
         max_outstanding_per_worker=max_outstanding_per_worker,
         metrics_max_clients=metrics_max_clients,
-        trace_path=trace,
+        trace_path=record,
         drain_timeout_s=drain_timeout,
         request_timeout_s=request_timeout,
         first_byte_timeout_s=first_byte_timeout,
