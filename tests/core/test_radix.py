@@ -373,6 +373,24 @@ def test_evict_owner_lru_drops_least_recent_first(
     assert tree.owner_tokens("w0") == 3 * min(keep, 5)
 
 
+def test_owner_eviction_without_keys_evicts_the_same_leaves() -> None:
+    """``keys=False`` (a host that only bounds a share) drops exactly what ``keys=True``
+    drops, returning no prefixes."""
+    trees = RadixTree(), RadixTree()
+    prompts = [(1, 2, 3), (1, 2, 4, 5), (6, 7), (6, 8, 9, 10), (11,)]
+    for tree in trees:
+        for i, prompt in enumerate(prompts):
+            tree.insert(k(prompt), "w0")
+            tree.insert(k(prompt[:2]), "w1" if i % 2 else "w0")
+    removed = trees[0].evict_owner_lru("w0", 6)
+    assert removed and trees[1].evict_owner_lru("w0", 6, keys=False) == []
+    for owner in ("w0", "w1"):
+        assert trees[0].owner_tokens(owner) == trees[1].owner_tokens(owner)
+    for prompt in prompts:
+        assert trees[0].match_owners(k(prompt)) == trees[1].match_owners(k(prompt))
+    assert trees[0].node_count() == trees[1].node_count()
+
+
 def test_locked_prefix_survives_eviction_even_when_least_recent() -> None:
     tree = RadixTree()
     tree.insert(k([1, 2, 3, 4]))

@@ -130,3 +130,36 @@ def test_fair_queue_releases_by_policy_and_frees_slots() -> None:
         assert snap["policy"]["policy"] == "dlpm" and snap["waiting"] == 0
 
     run(body())
+
+
+def test_rate_limited_request_is_refused_and_leaves_nothing_held() -> None:
+    """A request the queue's policy refuses on arrival (``rpm``) gets 429 with a
+    ``Retry-After``, and neither it nor the ones released at once stay counted as held or
+    queued (they never waited: the router offers each request to the queue first)."""
+
+    async def body() -> None:
+        stock = StockUpstream()
+        await stock.start()
+        try:
+            async with routed([stock.url], policy="rpm", policy_params={"limit_per_min": 2}) as (
+                server,
+                session,
+            ):
+                headers = {"X-Fairserve-Client": "limited"}
+                statuses = []
+                for _ in range(3):
+                    async with session.post(
+                        "/v1/chat/completions", json=chat(), headers=headers
+                    ) as resp:
+                        statuses.append(resp.status)
+                        if resp.status == 429:
+                            assert int(resp.headers["Retry-After"]) >= 1
+                assert statuses == [200, 200, 429]
+                acc = server.router.accounting
+                stats = acc.clients["limited"]
+                assert (stats.in_flight, stats.queued, acc.held) == (0, 0, 0)
+                assert (stats.finished, stats.rejected) == (2, 1)
+        finally:
+            await stock.stop()
+
+    run(body())

@@ -415,7 +415,8 @@ class RadixTree:
         """Forget everything ``owner`` caches (a worker restarted or was removed)."""
         return self._owners.remove_everywhere(owner)
 
-    def evict_owner_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
+    def evict_owner_lru(self, owner: Owner, max_tokens: int, *, keys: bool = True) -> list[bytes]:
         """Approximate an owner's LRU cache bound: drop its LRU leaves until it holds at most
-        ``max_tokens`` tokens. Returns the removed prefixes."""
-        return self._owners.evict_lru(owner, max_tokens)
+        ``max_tokens`` tokens. Returns the removed prefixes (none with ``keys`` false: a
+        host that only bounds the share need not rebuild a long prompt per leaf)."""
+        return self._owners.evict_lru(owner, max_tokens, keys=keys)

@@ -64,9 +64,9 @@ class OwnerIndex:
             for child in list(self._trie.root.children.values())
         )
 
-    def evict_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
+    def evict_lru(self, owner: Owner, max_tokens: int, *, keys: bool = True) -> list[bytes]:
         """Approximate an owner's LRU cache bound: drop its LRU leaves until it holds at most
-        ``max_tokens`` tokens. Returns the removed prefixes.
+        ``max_tokens`` tokens. Returns the removed prefixes (with ``keys``; else nothing).
 
         The leaves come from the owner's kept index (``Trie.owner_lru``), built here the
         first time the owner is over its bound and fed by every change since, so a bound
@@ -87,7 +87,8 @@ class OwnerIndex:
             leaf = index.pop()
             if leaf is None:
                 break
-            removed.append(trie.full_key(leaf))
+            if keys:
+                removed.append(trie.full_key(leaf))
             self._drop_owner_subtree(leaf, owner)  # pushes the parent if now a leaf
         return removed
 

@@ -78,15 +78,28 @@ class FairQueue:
 
         May raise :class:`~fairserve.core.errors.RequestRejected` (e.g. ``rpm``). If the
         caller is cancelled while waiting, the request leaves the queue."""
+        if not self.offer(req):
+            await self.wait(req)
+
+    def offer(self, req: Request) -> bool:
+        """``req`` arrives: whether the policy released it at once (no wait; most requests
+        of a worker that keeps up). If not, it waits in the queue: :meth:`wait` for it.
+
+        Why apart from :meth:`acquire`: the router serves a request released at once
+        without a coroutine of its own and without telling its lifecycle that it queued
+        and left the queue in the same instant. May raise
+        :class:`~fairserve.core.errors.RequestRejected`."""
         now = self._clock()
         self.policy.on_arrival(req, now)
         if self._waiting or self.outstanding >= self.max_outstanding:
             self._waiting.append(req)
             self._pump(now)
-            if id(req) in self._admitted:
-                return
-        elif self._alone(req, now):
-            return
+            return id(req) in self._admitted
+        return self._alone(req, now)
+
+    async def wait(self, req: Request) -> None:
+        """Wait until the policy releases ``req``, which :meth:`offer` left waiting. If the
+        caller is cancelled while waiting, the request leaves the queue."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._futures[id(req)] = future
         try:
@@ -102,8 +115,8 @@ class FairQueue:
             return
         now = self._clock()
         req.output_tokens = output_tokens
-        if output_tokens > 0:
-            self.policy.on_decode_steps([req], output_tokens, now)
+        if output_tokens > 0:  # on_decode_steps([req], ...), without grouping a list of one
+            self.policy.on_decode_groups({req.client: (req,)}, output_tokens, now)
         self.policy.correct_extend(req, max(0, req.input_tokens - cached_tokens))
         self.policy.on_finish(req, now)
         self._free(req, now)

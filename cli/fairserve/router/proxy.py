@@ -138,8 +138,9 @@ async def _attempt(router: Router, call: Call, worker: str, out: Responder) -> N
     usage: Usage | None = None
     resp: Response | None = None
     try:
-        if up.queue is not None:
-            await _wait_queue(router, call, up.queue)
+        queue = up.queue
+        if queue is not None and not _offer(router, call, queue):
+            await _wait_queue(router, call, queue)
         life.send(call)
         resp = await _send(router, up, call)
         usage = await _relay(router, call, resp, out)
@@ -153,17 +154,31 @@ async def _attempt(router: Router, call: Call, worker: str, out: Responder) -> N
             router.spawn(_abort_upstream(router, worker, call.req.id))
 
 
+def _offer(router: Router, call: Call, queue: FairQueue) -> bool:
+    """Offer ``call`` to its worker's fair queue: whether it was released at once. One that
+    was not waits there (:func:`_wait_queue`); one released at once never queued, as far as
+    the lifecycle can tell (queuing and leaving in the same instant would change no count)."""
+    try:
+        return queue.offer(call.req)
+    except RequestRejected as exc:
+        raise _rejected(router, call, exc) from None
+
+
 async def _wait_queue(router: Router, call: Call, queue: FairQueue) -> None:
+    """Wait in the fair queue that :func:`_offer` left ``call`` in."""
     life = router.lifecycle
     life.queue(call)
     try:
-        await queue.acquire(call.req)
-    except RequestRejected as exc:
-        life.reject(call)
-        retry = str(max(1, round(exc.retry_after_s)))
-        raise ApiError(429, str(exc), headers={"Retry-After": retry}) from None
+        await queue.wait(call.req)
     finally:
         life.admit(call)  # nothing if it left otherwise
+
+
+def _rejected(router: Router, call: Call, exc: RequestRejected) -> ApiError:
+    """The 429 of a request the fair queue's policy refused (e.g. a rate limit)."""
+    router.lifecycle.reject(call)
+    retry = str(max(1, round(exc.retry_after_s)))
+    return ApiError(429, str(exc), headers={"Retry-After": retry})
 
 
 async def _send(router: Router, up: Upstream, call: Call) -> Response:

@@ -209,7 +209,12 @@ class CacheModel:
 
     def bound(self, worker: str, max_tokens: int) -> None:
         """The host's bound on ``worker``'s share (0: none), kept for every later record
-        and applied now."""
+        and applied now.
+
+        The router bounds a worker at each of its dispatches: the same bound again is
+        nothing to do, since every record trims to it and nothing else adds to a share."""
+        if self._limits.get(worker) == max_tokens:
+            return
         self._limits[worker] = max_tokens
         self._trim(worker)
 
@@ -220,5 +225,5 @@ class CacheModel:
             limit = host
         tree = self.tree
         if limit and tree.owner_tokens(worker) > limit:
-            tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK))
+            tree.evict_owner_lru(worker, int(limit * LRU_LOW_WATERMARK), keys=False)
             self._drop_kept(worker)
