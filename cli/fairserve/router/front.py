@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from multidict import CIMultiDict
+from multidict import CIMultiDictProxy
 
 from fairserve.api import paths
 from fairserve.core.openai_api import ApiError, Route, error_body, internal_error
@@ -153,7 +153,7 @@ class _Head:
     def __init__(
         self,
         route: Route,
-        headers: CIMultiDict[str],
+        headers: CIMultiDictProxy[str],
         start: int,
         length: int,
         http10: bool,
@@ -186,7 +186,7 @@ class FrontConnection(asyncio.Protocol):
         a waiting task holds ~1 KB, ~10 MB at the 10,000 connections ``guard`` allows."""
         self._serving = False
         """A request is being served (or handed to the task and about to be)."""
-        self._request: tuple[Route, CIMultiDict[str], bytes] | None = None
+        self._request: tuple[Route, CIMultiDictProxy[str], bytes] | None = None
         """The next request, handed from ``_next`` to the task."""
         self._waiter: asyncio.Future[None] | None = None
         """Set while the task waits for the next request."""
@@ -355,7 +355,7 @@ class FrontConnection(asyncio.Protocol):
             if not await self._serve(*request):
                 return
 
-    async def _serve(self, route: Route, headers: CIMultiDict[str], raw: bytes) -> bool:
+    async def _serve(self, route: Route, headers: CIMultiDictProxy[str], raw: bytes) -> bool:
         """``handlers._generation``'s handler, on the front; whether the connection serves
         more requests."""
         router = self.front.router
@@ -474,10 +474,72 @@ class FrontConnection(asyncio.Protocol):
         )
 
 
+HEAD_MEMO_ENTRIES = 256
+"""Request heads remembered, Content-Length aside (all forgotten when full)."""
+HEAD_MEMO_MAX_BYTES = 2048
+"""Longer heads are parsed every time."""
+_LENGTH_LINES = (b"\r\nContent-Length: ", b"\r\ncontent-length: ")
+"""How clients spell the line whose value a remembered head leaves out."""
+_MAX_LENGTH_DIGITS = 18
+"""``http11``'s limit on a Content-Length value."""
+Served = tuple[Route, CIMultiDictProxy[str], bool, bool]
+"""What a head the front serves decides, its body length aside: route, headers (without
+Content-Length), HTTP/1.0, keep-alive."""
+_served_by_head: dict[bytes, Served] = {}
+"""Recent request heads without their Content-Length value -> what they decide. Parsing a
+head by the strict rules costs ~6 us; a client sends the same head again and again but for
+the length of the body, and no rule's verdict depends on that value beyond its being 1 to
+18 digits. Heads the front does not serve are never remembered."""
+
+
 def _parse_head(head: bytes, start: int, max_body_bytes: int) -> _Head | None:
     """The request head if the front serves it, else None (aiohttp will: a head that breaks
     :mod:`~fairserve.router.http11`'s rules gets aiohttp's 400, so both paths refuse
-    alike)."""
+    alike). Remembered apart from its Content-Length value (:data:`_served_by_head`)."""
+    length_at, key = _length_value(head)
+    served = _served_by_head.get(key) if key is not None else None
+    if served is not None:
+        assert key is not None
+        length = int(head[length_at : length_at + len(head) - len(key)])
+    else:
+        served_length = _parse_fresh(head)
+        if served_length is None:
+            return None
+        served, length = served_length
+        if key is not None:
+            if len(_served_by_head) >= HEAD_MEMO_ENTRIES:
+                _served_by_head.clear()
+            _served_by_head[key] = served
+    if length > max_body_bytes:
+        return None
+    route, headers, http10, keep_alive = served
+    return _Head(route, headers, start, length, http10, keep_alive)
+
+
+def _length_value(head: bytes) -> tuple[int, bytes | None]:
+    """Where the Content-Length value starts in ``head`` and the head without it (the
+    memo's key), or ``(0, None)`` when the head is not one to remember: too long, no such
+    line in the usual spelling, or a value that is not plain digits within the limit."""
+    if len(head) > HEAD_MEMO_MAX_BYTES:
+        return 0, None
+    for line in _LENGTH_LINES:
+        at = head.find(line)
+        if at >= 0:
+            break
+    else:
+        return 0, None
+    value_at = at + len(line)
+    end = head.find(b"\r\n", value_at)
+    if end < 0:
+        end = len(head)
+    if not (0 < end - value_at <= _MAX_LENGTH_DIGITS and head[value_at:end].isdigit()):
+        return 0, None
+    return value_at, head[:value_at] + head[end:]
+
+
+def _parse_fresh(head: bytes) -> tuple[Served, int] | None:
+    """What ``head`` decides by the rules, and its body length; None if the front does not
+    serve it (whatever the limit on bodies, which the caller applies)."""
     try:
         parsed = http11.parse_request_head(head)
     except http11.HeadError:
@@ -489,9 +551,11 @@ def _parse_head(head: bytes, start: int, max_body_bytes: int) -> _Head | None:
     if route is None or (query_sep and not _QUERY.fullmatch(query)):
         return None
     length = parsed.content_length
-    if length is None or length > max_body_bytes or not parsed.names.isdisjoint(_HAND_OVER):
+    if length is None or not parsed.names.isdisjoint(_HAND_OVER):
         return None
-    return _Head(route, parsed.headers, start, length, parsed.http10, parsed.keep_alive)
+    headers = parsed.headers
+    headers.popall("Content-Length")  # the framing's; one remembered head serves every length
+    return (route, CIMultiDictProxy(headers), parsed.http10, parsed.keep_alive), length
 
 
 _REASONS: dict[int, bytes] = {s.value: s.phrase.encode() for s in http.HTTPStatus}
