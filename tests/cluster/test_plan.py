@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fairserve.cluster.plan import LaunchOptions, LaunchPlan, build_plan, default_ready_timeout_s
+from fairserve.cluster.options import LaunchOptions
+from fairserve.cluster.plan import LaunchPlan, build_plan, default_ready_timeout_s
 from fairserve.core.errors import ConfigError, FairserveError
 from fairserve.sglang.config import config_from_env
 from tests.worker.helpers import write_profile

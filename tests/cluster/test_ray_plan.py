@@ -15,9 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from fairserve.cluster.plan import LaunchOptions, WorkerSpec, build_plan
+from fairserve.cluster.options import LaunchOptions
+from fairserve.cluster.plan import build_plan
 from fairserve.cluster.ray_fleet import EngineHost, non_loopback_hosts
 from fairserve.cluster.ray_placement import NodeCapacity, NotEnoughGpus, place
+from fairserve.cluster.worker_spec import WorkerSpec
 from fairserve.commands.app import app
 from fairserve.commands.errors import ExitCode, classify
 from fairserve.core.errors import ConfigError, FairserveError

@@ -13,8 +13,10 @@ import pytest
 
 from fairserve.cluster import runfile
 from fairserve.cluster.health import WorkerUnreachable
-from fairserve.cluster.plan import LaunchOptions, WorkerSpec, build_plan
+from fairserve.cluster.options import LaunchOptions
+from fairserve.cluster.plan import build_plan
 from fairserve.cluster.supervisor import Supervisor
+from fairserve.cluster.worker_spec import WorkerSpec
 from fairserve.cluster.workers import ManagedWorker, backoff_s, worker_env
 from fairserve.core.errors import FairserveError
 

@@ -27,9 +27,11 @@ import psutil
 import pytest
 
 from fairserve.bench import run_bench
-from fairserve.cluster.plan import LaunchOptions, RayPlan, WorkerSpec, build_plan
+from fairserve.cluster.options import LaunchOptions
+from fairserve.cluster.plan import RayPlan, build_plan
 from fairserve.cluster.ray_fleet import NodeLost
 from fairserve.cluster.supervisor import Supervisor
+from fairserve.cluster.worker_spec import WorkerSpec
 from fairserve.core.errors import FairserveError
 from fairserve.core.openai_api import CLIENT_HEADER
 from fairserve.workloads.synthetic import loads_workload

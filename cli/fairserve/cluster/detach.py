@@ -22,8 +22,8 @@ from pathlib import Path
 
 from fairserve.api import paths
 from fairserve.cluster import runfile
+from fairserve.cluster.options import LaunchOptions
 from fairserve.cluster.paths import new_run_dir
-from fairserve.cluster.plan import LaunchOptions
 from fairserve.cluster.run import OPTIONS_FILE
 from fairserve.cluster.runfile import RunInfo
 from fairserve.core.errors import FairserveError

@@ -8,128 +8,34 @@ pointing the user at a background log.
 
 from __future__ import annotations
 
-import json
 import secrets
-import socket
-import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from fairserve.cluster.engine import check_sglang, detect, gpu_groups, parse_gpu_ids
+from fairserve.cluster.engine import check_sglang, detect, parse_gpu_ids
+from fairserve.cluster.options import LaunchOptions
 from fairserve.cluster.paths import settings_file_path
-from fairserve.core.errors import ConfigError
-from fairserve.router.config import (
-    DEFAULT_DRAIN_TIMEOUT_S,
-    DEFAULT_FIRST_BYTE_TIMEOUT_S,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_OUTSTANDING,
-    DEFAULT_METRICS_MAX_CLIENTS,
-    DEFAULT_OUTLIER_FAILURES,
-    DEFAULT_QUEUE_CAP,
-    DEFAULT_QUEUE_TIMEOUT_S,
-    DEFAULT_REQUEST_TIMEOUT_S,
-    DEFAULT_STALL_TIMEOUT_S,
-    DEFAULT_TOTAL_CAP,
-    RouterConfig,
-    check_url,
-    load_clients,
+from fairserve.cluster.worker_spec import (
+    SIM_WORKERS,
+    WorkerSpec,
+    check_worker_policy,
+    model_arg,
+    profile_arg,
+    sglang_config,
+    sglang_only_options,
+    sglang_spec,
+    sglang_specs,
+    sim_spec,
+    sim_specs,
 )
+from fairserve.core.errors import ConfigError
+from fairserve.router.config import RouterConfig, check_url, load_clients
 from fairserve.router.server import bind
 from fairserve.router.service import Router
 
-if TYPE_CHECKING:
-    from fairserve.sglang.config import PluginConfig
-
-WORKER_HOST = "127.0.0.1"
-"""Local workers listen on loopback only: the router is the service's one front door."""
-
-
-@dataclass
-class LaunchOptions:
-    """``fairserve launch``'s options, as given (JSON-able: the detached supervisor gets
-    them in a file)."""
-
-    engine: str | None = None
-    workers: int | None = None
-    """None: two simulated workers, or one SGLang server per ``tp`` GPUs."""
-    gpus: str | None = None
-    tp: int = 1
-    model: str | None = None
-    policy: str = "dlpm"
-    dispatch: str = "doubleq"
-    quantum: float | None = None
-    worker_quantum: float | None = None
-    profile: str | None = None
-    clients: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    worker_urls: list[str] = field(default_factory=list)
-    record: str | None = None
-    speed: float = 1.0
-    ready_timeout_s: float = 60.0
-    """``launch`` passes :func:`default_ready_timeout_s` unless ``--ready-timeout`` is given."""
-    sglang_args: list[str] = field(default_factory=list)
-    """Extra ``sglang.launch_server`` arguments (after ``--`` on the command line)."""
-    queue_cap: int = DEFAULT_QUEUE_CAP
-    total_cap: int = DEFAULT_TOTAL_CAP
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    router_queue: str = "auto"
-    max_outstanding_per_worker: int = DEFAULT_MAX_OUTSTANDING
-    metrics_max_clients: int = DEFAULT_METRICS_MAX_CLIENTS
-    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
-    trust_identity_header: bool = False
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-    first_byte_timeout_s: float = DEFAULT_FIRST_BYTE_TIMEOUT_S
-    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
-    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
-    outlier_failures: int = DEFAULT_OUTLIER_FAILURES
-    ray_address: str | None = None
-    """``--ray [ADDRESS]``: place the workers on this Ray cluster (``auto``: ``RAY_ADDRESS``
-    or the cluster started on this host); None: workers run on this host."""
-    gpus_per_worker: int | None = None
-    """``--gpus-per-worker`` (Ray, simulated workers): GPUs each reserves (default 1)."""
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)), encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: Path) -> LaunchOptions:
-        return cls(**json.loads(path.read_text(encoding="utf-8")))
-
-
-SIM_WORKERS = 2
 SIM_READY_TIMEOUT_S = 60.0
 SGLANG_READY_TIMEOUT_S = 900.0
 """SGLang loads the weights and captures CUDA graphs before ``/health`` answers."""
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """One local worker: its name, port, the command that starts it and the environment it
-    adds (SGLang: its GPUs and the plugin's settings)."""
-
-    name: str
-    port: int
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
-    extension_port: int | None = None
-    """SGLang workers serve the fairserve extension on this side port."""
-    gpus: tuple[int, ...] = ()
-    host: str = WORKER_HOST
-    """Where it listens: loopback here, its node's address on a Ray cluster."""
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def extension_url(self) -> str:
-        """Where the fairserve extension answers (the worker URL itself for sim workers)."""
-        if self.extension_port is None:
-            return self.url
-        return f"http://{self.host}:{self.extension_port}"
 
 
 @dataclass(frozen=True)
@@ -155,13 +61,11 @@ class RayPlan:
     ) -> WorkerSpec:
         name = f"worker-{index}"
         if self.engine == "sglang":
-            config = _sglang_config(self.options)
+            config = sglang_config(self.options)
             return sglang_spec(
-                self.options, config, _model_arg(self.options.model), name, host, ports, gpus
+                self.options, config, model_arg(self.options.model), name, host, ports, gpus
             )
-        return sim_spec(
-            self.options, _profile_arg(self.options.profile), name, host, ports[0], gpus
-        )
+        return sim_spec(self.options, profile_arg(self.options.profile), name, host, ports[0], gpus)
 
     def placeholder_urls(self) -> tuple[str, ...]:
         """Stand-ins that let the router's configuration be checked before placement."""
@@ -199,9 +103,9 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
     if remote or ray:
         specs: tuple[WorkerSpec, ...] = ()
     elif engine == "sglang":
-        specs = _sglang_specs(options)
+        specs = sglang_specs(options)
     else:
-        specs = _worker_specs(options)
+        specs = sim_specs(options)
     keys, weights = load_clients(options.clients) if options.clients else ({}, {})
     router = RouterConfig(
         worker_urls=remote
@@ -283,18 +187,18 @@ def _ray_plan(options: LaunchOptions, remote: tuple[str, ...]) -> RayPlan | None
         check_sglang(options.model, installed=False)  # SGLang runs on the nodes, not here
         if options.gpus_per_worker is not None:
             raise ConfigError("--gpus-per-worker: SGLang workers get --tp GPUs each")
-        _sglang_config(options)
+        sglang_config(options)
         gpus, workers = options.tp, options.workers
     elif engine == "sim":
-        if _sglang_only_options(options):
+        if sglang_only_options(options):
             raise ConfigError(
-                f"{_sglang_only_options(options)[0]}: applies to --engine sglang; use "
+                f"{sglang_only_options(options)[0]}: applies to --engine sglang; use "
                 "--gpus-per-worker for the simulated workers' logical GPUs"
             )
         gpus = 1 if options.gpus_per_worker is None else options.gpus_per_worker
         if gpus < 0:
             raise ConfigError(f"--gpus-per-worker: expected 0 or more, got {gpus}")
-        _check_worker_policy(options, _profile_arg(options.profile))
+        check_worker_policy(options, profile_arg(options.profile))
         workers = options.workers or SIM_WORKERS
     else:
         raise ConfigError(f"--engine: expected sim or sglang, got {engine!r}")
@@ -306,7 +210,7 @@ def _engine(
 ) -> tuple[str, str | None]:
     """The engine, and a notice when it was picked for the user (none for remote workers:
     no local engine runs)."""
-    sglang_only = _sglang_only_options(options)
+    sglang_only = sglang_only_options(options)
     if remote:
         if options.engine == "sglang" or sglang_only:
             raise ConfigError(
@@ -328,167 +232,6 @@ def _engine(
             f"{sglang_only[0]}: applies to --engine sglang; simulated workers use no GPU"
         )
     return engine, notice
-
-
-def _sglang_only_options(options: LaunchOptions) -> list[str]:
-    """The options given that only an SGLang launch uses."""
-    given = []
-    if options.gpus is not None:
-        given.append("--gpus")
-    if options.tp != 1:
-        given.append("--tp")
-    if options.sglang_args:
-        given.append("-- SGLANG_ARGS")
-    return given
-
-
-def _worker_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
-    profile = _profile_arg(options.profile)
-    ports = free_ports(options.workers or SIM_WORKERS)
-    specs = [sim_spec(options, profile, f"worker-{i}", WORKER_HOST, p) for i, p in enumerate(ports)]
-    _check_worker_policy(options, profile)
-    return tuple(specs)
-
-
-def sim_spec(
-    options: LaunchOptions,
-    profile: str | None,
-    name: str,
-    host: str,
-    port: int,
-    gpus: tuple[int, ...] = (),
-) -> WorkerSpec:
-    """One ``fairserve worker`` listening on ``host:port`` (``gpus``: the logical GPUs a
-    Ray placement reserved for it, shown by ``status``; a simulated worker uses none)."""
-    argv = [sys.executable, "-m", "fairserve", "worker", "--host", host]
-    argv += ["--port", str(port), "--policy", options.policy, "--speed", f"{options.speed:g}"]
-    argv += ["--profile", profile] if profile else []
-    argv += ["--model-name", options.model] if options.model else []
-    argv += ["--quantum", f"{options.quantum:g}"] if options.quantum is not None else []
-    return WorkerSpec(name, port, tuple(argv), gpus=gpus, host=host)
-
-
-RESERVED_SGLANG_FLAGS = {
-    "--model-path": "--model", "--model": "--model", "--host": "(loopback)",
-    "--port": "(a free port)", "--tp-size": "--tp", "--tensor-parallel-size": "--tp",
-    "--dp-size": "--gpus/--tp (one server per GPU group)",
-    "--dp": "--gpus/--tp (one server per GPU group)",
-}  # fmt: skip
-"""SGLang flags the launcher sets itself (value: the fairserve option to use instead)."""
-
-
-def _sglang_specs(options: LaunchOptions) -> tuple[WorkerSpec, ...]:
-    """One ``python -m sglang.launch_server`` per GPU group, with the plugin configured.
-
-    ``--schedule-policy lpm`` (unless given after ``--``) makes SGLang match every waiting
-    request's prefix before the plugin orders the queue, so the policy's LPM order and
-    extend charges see the real cache; ``--enable-metrics`` keeps SGLang's Prometheus
-    gauges for ``fairserve top``."""
-    config = _sglang_config(options)
-    groups = gpu_groups(options.gpus, options.tp, options.workers)
-    ports = free_ports(2 * len(groups))
-    model = _model_arg(options.model)
-    return tuple(
-        sglang_spec(
-            options, config, model, f"worker-{i}", WORKER_HOST, ports[2 * i : 2 * i + 2], gpus
-        )
-        for i, gpus in enumerate(groups)
-    )
-
-
-def _sglang_config(options: LaunchOptions) -> PluginConfig:
-    """The plugin's configuration, checked (unknown policies, quanta without a quantum)."""
-    from fairserve.sglang.config import PluginConfig, build_policy
-
-    _check_sglang_args(options.sglang_args)
-    config = PluginConfig(policy=options.policy, quantum=options.quantum)
-    build_policy(config)
-    return config
-
-
-def _model_arg(model: str | None) -> str:
-    """The model as the servers get it: a local directory made absolute."""
-    text = str(model)
-    return str(Path(text).resolve()) if Path(text).exists() else text
-
-
-def sglang_spec(
-    options: LaunchOptions,
-    config: PluginConfig,
-    model: str,
-    name: str,
-    host: str,
-    ports: Sequence[int],
-    gpus: tuple[int, ...],
-) -> WorkerSpec:
-    """One SGLang server on ``host:ports[0]`` with the plugin's extension on ``ports[1]``,
-    seeing only ``gpus`` (``CUDA_VISIBLE_DEVICES``): the same for a local launch and for a
-    worker a Ray actor starts on its node with the GPUs Ray assigned it."""
-    from fairserve.sglang.config import plugin_env
-    from fairserve.sglang.targets import LAUNCH_MODULE, launch_flag
-
-    port, extension_port = ports
-    argv = [sys.executable, "-m", LAUNCH_MODULE, launch_flag("model_path"), model]
-    argv += [launch_flag("host"), host, launch_flag("port"), str(port)]
-    argv += [launch_flag("tp_size"), str(options.tp), launch_flag("enable_metrics")]
-    if not _has_flag(options.sglang_args, launch_flag("schedule_policy")):
-        argv += [launch_flag("schedule_policy"), "lpm"]
-    argv += options.sglang_args
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-    env.update(plugin_env(replace(config, extension_port=extension_port, extension_host=host)))
-    return WorkerSpec(name, port, tuple(argv), tuple(env.items()), extension_port, gpus, host)
-
-
-def _check_sglang_args(args: list[str]) -> None:
-    for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in RESERVED_SGLANG_FLAGS:
-            raise ConfigError(
-                f"-- {flag}: fairserve launch sets it for each worker; use "
-                f"{RESERVED_SGLANG_FLAGS[flag]} instead"
-            )
-
-
-def _has_flag(args: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
-
-
-def _profile_arg(profile: str | None) -> str | None:
-    """The profile as the workers get it: validated here, files made absolute (the workers
-    must find the same file whatever their working directory)."""
-    if profile is None:
-        return None
-    from fairserve.sim.profile import resolve_profile
-
-    resolve_profile(profile)
-    path = Path(profile)
-    return str(path.resolve()) if path.exists() else profile
-
-
-def _check_worker_policy(options: LaunchOptions, profile: str | None) -> None:
-    from fairserve.sim.profile import DEFAULT_PROFILE, resolve_profile
-    from fairserve.worker.config import WorkerConfig, build_policy
-
-    config = WorkerConfig(
-        profile=resolve_profile(profile or DEFAULT_PROFILE),
-        policy=options.policy,
-        quantum=options.quantum,
-    )
-    build_policy(config)
-
-
-def free_ports(count: int, host: str = WORKER_HOST) -> list[int]:
-    """``count`` distinct free ports on ``host`` (held open together so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -40,9 +40,10 @@ import aiohttp
 
 from fairserve.cluster.health import wait_healthy
 from fairserve.cluster.paths import ensure_private_dir
-from fairserve.cluster.plan import RayPlan, WorkerSpec, free_ports
+from fairserve.cluster.plan import RayPlan
 from fairserve.cluster.ray_placement import NodeCapacity, Placement, place
 from fairserve.cluster.runfile import WorkerEntry
+from fairserve.cluster.worker_spec import WorkerSpec, free_ports
 from fairserve.cluster.workers import ManagedWorker, worker_env
 from fairserve.core.errors import FairserveError
 

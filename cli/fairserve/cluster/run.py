@@ -13,8 +13,9 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from fairserve.cluster.options import LaunchOptions
 from fairserve.cluster.paths import new_run_dir
-from fairserve.cluster.plan import LaunchOptions, LaunchPlan, build_plan
+from fairserve.cluster.plan import LaunchPlan, build_plan
 from fairserve.cluster.supervisor import Supervisor
 from fairserve.cluster.view import StatusView
 

@@ -27,8 +27,9 @@ import aiohttp
 
 from fairserve.cluster import runfile
 from fairserve.cluster.health import wait_healthy
-from fairserve.cluster.plan import LaunchPlan, WorkerSpec
+from fairserve.cluster.plan import LaunchPlan
 from fairserve.cluster.runfile import RunInfo, WorkerEntry
+from fairserve.cluster.worker_spec import WorkerSpec
 from fairserve.cluster.workers import ManagedWorker, worker_env
 from fairserve.core.errors import FairserveError
 from fairserve.router.server import RouterServer

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fairserve.cluster.plan import WorkerSpec
 from fairserve.cluster.runfile import WorkerEntry, process_create_time
+from fairserve.cluster.worker_spec import WorkerSpec
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 30.0

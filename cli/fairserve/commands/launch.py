@@ -22,7 +22,8 @@ from fairserve.commands.output import Output
 from fairserve.core.defaults import ENGINES
 
 if TYPE_CHECKING:
-    from fairserve.cluster.plan import LaunchOptions, LaunchPlan
+    from fairserve.cluster.options import LaunchOptions
+    from fairserve.cluster.plan import LaunchPlan
 
 
 def _check_engine(value: str | None) -> str | None:
@@ -181,7 +182,8 @@ def launch(
     --gpus-per-worker for sim); the router runs here. --dry-run then shows each worker's
     node and GPU count.
     """
-    from fairserve.cluster.plan import LaunchOptions, default_ready_timeout_s
+    from fairserve.cluster.options import LaunchOptions
+    from fairserve.cluster.plan import default_ready_timeout_s
     from fairserve.commands import logs
 
     logs.configure("fairserve launch")  # the router's ejections, timestamped, in the logs
