@@ -42,6 +42,7 @@ class FullPathQueue(LoggedQueue):
     """The queue as it was before the fast path: every arrival goes through ``_pump``."""
 
     def _alone(self, req: Request, now: float) -> bool:
+        self.policy.on_arrival(req, now)
         self._waiting.append(req)
         self._pump(now)
         return id(req) in self._admitted

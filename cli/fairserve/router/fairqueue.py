@@ -90,8 +90,8 @@ class FairQueue:
         and left the queue in the same instant. May raise
         :class:`~fairserve.core.errors.RequestRejected`."""
         now = self._clock()
-        self.policy.on_arrival(req, now)
         if self._waiting or self.outstanding >= self.max_outstanding:
+            self.policy.on_arrival(req, now)
             self._waiting.append(req)
             self._pump(now)
             return id(req) in self._admitted
@@ -165,17 +165,18 @@ class FairQueue:
         return True
 
     def _alone(self, req: Request, now: float) -> bool:
-        """The uncontended case (nothing waits, a slot is free): the decision :meth:`_pump`
-        would take over a queue of ``req`` alone, the same calls into the policy, without
-        the queue's list work; and ``req``'s match is not kept, since it stops waiting in
-        this call if released. Whether it was released; if not, it waits like any other.
+        """The uncontended case (nothing waits, a slot is free): ``req``'s arrival and the
+        decision :meth:`_pump` would take over a queue of ``req`` alone, in one call into
+        the policy (``arrive_alone``: ``on_arrival`` then ``select``, unless the policy has
+        a cheaper path to the same state), without the queue's list work; and ``req``'s
+        match is not kept, since it stops waiting in this call if released. Whether it was
+        released; if not, it waits like any other.
 
         Why: most requests of a worker that keeps up arrive to an empty queue, and the
         policy's decision is already cheap for one request (DLPM's ``_decide_one``).
         ``tests/router/test_fairqueue_fast_path.py`` checks that it leaves the same
         admissions and policy state as the full path."""
-        admitted = self.policy.select([req], self._can_fit, self._peek_len, now)
-        if not admitted:
+        if not self.policy.arrive_alone(req, self._can_fit, self._peek_len, now):
             self._waiting.append(req)
             return False
         self._release(req)

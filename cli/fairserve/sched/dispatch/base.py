@@ -154,8 +154,9 @@ class Dispatcher(Scheduler):
         return min(candidates, key=self.outstanding.__getitem__)
 
     def _candidates(self, available: Collection[str] | None) -> list[str]:
-        if available is None:
-            candidates = list(self.workers)
+        workers = self.workers
+        if available is None or available == workers:  # every worker (a router's usual)
+            candidates = list(workers)
         else:
             allowed = set(available)
             for worker in allowed:

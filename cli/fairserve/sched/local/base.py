@@ -133,6 +133,20 @@ class LocalPolicy(Scheduler):
         if not count:  # idle until now: the most recently active, the last forgotten
             service[client] = service.pop(client, 0.0)
 
+    def arrive_alone(
+        self, req: Request, can_fit: CanFit, match_len: MatchLen, now_s: float
+    ) -> bool:
+        """``on_arrival(req)`` then ``select([req], ...)``, for a host whose waiting queue
+        holds nothing else (the router's fair queue, where most requests of a worker that
+        keeps up arrive to an empty queue and a free slot): whether ``req`` was admitted.
+        If not, it waits like any arrival (the host keeps it for the next ``select``).
+
+        A policy may override it with a cheaper path that leaves exactly the state the two
+        calls leave (a request admitted at once never needs a place in a kept waiting
+        order); ``tests/router/test_fairqueue_fast_path.py`` compares the two."""
+        self.on_arrival(req, now_s)
+        return bool(self.select([req], can_fit, match_len, now_s))
+
     def select(
         self, waiting: Sequence[Request], can_fit: CanFit, match_len: MatchLen, now_s: float
     ) -> list[Request]:
