@@ -216,6 +216,9 @@ def _too_deep(body: dict[str, Any]) -> bool:
     """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`, level by level with the
     per-node work mostly in C (``map``, ``chain``, ``set``): a body of half a million
     messages is checked in a fraction of what parsing it took."""
+    kinds = set(map(type, body.values()))
+    if dict not in kinds and list not in kinds:  # a completion's usual body: one level
+        return False
     dicts: list[dict[str, Any]] = [body]
     lists: list[list[Any]] = []
     for _ in range(MAX_JSON_DEPTH):
@@ -465,6 +468,8 @@ _NATIVE_RANGES: dict[str, _Range] = {**_OPENAI_RANGES, "temperature": (0.0, math
 
 def _check_sampling(fields: Mapping[str, Any], prefix: str, ranges: dict[str, _Range]) -> None:
     """Sampling fields the simulation ignores must still be numbers in their ranges."""
+    if fields.keys().isdisjoint(ranges):  # none given: one check in C
+        return
     for name, (low, high, open_low) in ranges.items():
         value = fields.get(name)
         if value is None:

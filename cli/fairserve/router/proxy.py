@@ -74,7 +74,9 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
     try:
         last_error = ""
         while True:
-            worker = await _choose(router, call, last_error)
+            worker = _choose_now(router, call, last_error)
+            if worker is None:
+                worker = await _choose(router, call, last_error)
             try:
                 await _attempt(router, call, worker, out)
             except UpstreamFailed as exc:
@@ -89,6 +91,17 @@ async def serve(router: Router, call: Call, out: Responder) -> None:
     finally:
         life.abort(call)  # nothing if it ended
         router.leave()
+
+
+def _choose_now(router: Router, call: Call, last_error: str) -> str | None:
+    """:func:`_choose` when it need not wait (a slot is open, or no worker is left to wait
+    for): the chosen worker; None if it would wait. No coroutine for most requests."""
+    tried = call.tried
+    available = [u for u, up in router.upstreams.items() if up.healthy and u not in tried]
+    open_workers = router.slots.open_for(call.client, available) if available else []
+    if available and not open_workers:
+        return None
+    return _dispatch(router, call, open_workers, last_error)
 
 
 async def _choose(router: Router, call: Call, last_error: str) -> str:
@@ -115,6 +128,12 @@ async def _choose(router: Router, call: Call, last_error: str) -> str:
                 headers={"Retry-After": "1"},
             )
         waited = True
+    return _dispatch(router, call, open_workers, last_error)
+
+
+def _dispatch(router: Router, call: Call, open_workers: list[str], last_error: str) -> str:
+    """The dispatcher's choice among ``open_workers`` (503 or 502 when there is none),
+    reported to the lifecycle."""
     try:
         worker = router.dispatcher.choose(call.req, open_workers)
     except NoWorkerAvailable:
