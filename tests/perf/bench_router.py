@@ -17,7 +17,8 @@ as long, no two sharing any text), several cases in the same rounds, with a cros
 table at the end; or one case by ``--prompt-words N [--unique-prompts]``. ``--profile``
 samples where each fairserve router spends its CPU (a CPU-time timer inside the router
 process, see :class:`Sampler`) and prints it as microseconds per request by component
-(:data:`COMPONENTS`) beside the totals. Not a test: nothing asserts a speed. The issue-23
+(:data:`COMPONENTS`) beside the totals, then by the innermost fairserve function (where
+a component's time goes). Not a test: nothing asserts a speed. The issue-23
 comparison::
 
     python tests/perf/bench_router.py --harness lean --rounds 3 --prompt-case all \
@@ -312,7 +313,11 @@ class Sampler:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.counts: Counter[str] = Counter()
+        self.functions: Counter[str] = Counter()
+        """Samples by the innermost fairserve function (``module:function``): where the
+        time of a component goes (written beside ``out``, :func:`functions_path`)."""
         self._of_code: dict[types.CodeType, str | None] = {}
+        self._function_of: dict[types.CodeType, str | None] = {}
 
     def install(self) -> None:
         signal.signal(signal.SIGUSR1, self._start)
@@ -320,6 +325,7 @@ class Sampler:
 
     def _start(self, *_: object) -> None:
         self.counts.clear()
+        self.functions.clear()
         signal.signal(signal.SIGPROF, self._sample)
         signal.setitimer(signal.ITIMER_PROF, SAMPLE_INTERVAL_S, SAMPLE_INTERVAL_S)
 
@@ -327,14 +333,27 @@ class Sampler:
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
         partial_out = self.out.with_suffix(".part")
         partial_out.write_text(json.dumps(self.counts))
+        functions_path(self.out).write_text(json.dumps(self.functions))
         partial_out.replace(self.out)  # whole or absent for the reader
 
     def _sample(self, _sig: int, frame: types.FrameType | None) -> None:
         found: str | None = None
+        function: str | None = None
         while frame is not None and found is None:
-            found = self._component(frame.f_code)
+            code = frame.f_code
+            if function is None:
+                function = self._function(code)
+            found = self._component(code)
             frame = frame.f_back
         self.counts[found or OTHER] += 1
+        self.functions[function or OTHER] += 1
+
+    def _function(self, code: types.CodeType) -> str | None:
+        """``module:function`` of a fairserve frame (None: not fairserve's)."""
+        if code not in self._function_of:
+            _, sep, module = code.co_filename.rpartition("fairserve/")
+            self._function_of[code] = f"{module}:{code.co_name}" if sep else None
+        return self._function_of[code]
 
     def _component(self, code: types.CodeType) -> str | None:
         if code not in self._of_code:
@@ -352,9 +371,21 @@ def sampled_router(out: Path, argv: list[str]) -> int:
     fairserve_main()  # exits
 
 
+def functions_path(out: Path) -> Path:
+    """Where a :class:`Sampler` writing ``out`` writes its per-function samples."""
+    return out.with_suffix(".functions.json")
+
+
+def read_functions(out: Path) -> Counter[str]:
+    """The per-function samples of the last :func:`read_samples` (empty if none)."""
+    path = functions_path(out)
+    return Counter(json.loads(path.read_text())) if path.exists() else Counter()
+
+
 def read_samples(proc: subprocess.Popen[bytes], out: Path, timeout_s: float = 10.0) -> Counter[str]:
     """Stop ``proc``'s sampler and read what it counted (empty if it never wrote)."""
     out.unlink(missing_ok=True)
+    functions_path(out).unlink(missing_ok=True)
     proc.send_signal(signal.SIGUSR2)
     deadline = time.monotonic() + timeout_s
     while not out.exists() and time.monotonic() < deadline:
@@ -483,6 +514,7 @@ def measure(
         out["load"]["cpu_us_per_request"] = (cpu_s(procs) - cpu0) / sent * 1e6 if sent else None
     if profile is not None:
         out["load"]["samples"] = dict(read_samples(procs[0], profile))
+        out["load"]["function_samples"] = dict(read_functions(profile))
     if args.single_duration > 0:
         out["single"] = asyncio.run(load(urls, args, 1, case))
     return out
@@ -631,7 +663,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--skip-sglang", action="store_true", help="Run neither sglang-router nor smg.")
     add("--profile", action="store_true",
         help="Sample where each fairserve router spends its CPU under load and print it as "
-        "us per request by component (a CPU-time timer in the router process).")  # fmt: skip
+        "us per request by component and by its hottest functions (a CPU-time timer in the "
+        "router process).")  # fmt: skip
     add("--json", action="store_true")
     add("--render", type=Path, metavar="JSON",
         help="Print the tables of a saved --json report and exit.")  # fmt: skip
@@ -664,6 +697,12 @@ def summarise(
             samples = [x.get("samples", {}) for x in loaded]
             cases[name]["profile_us"] = profile_us(samples, cases[name]["cpu_us_per_request"])
             cases[name]["profile_samples"] = sum(sum(x.values()) for x in samples)
+            functions = [x.get("function_samples", {}) for x in loaded]
+            cases[name]["profile_functions_us"] = dict(
+                list(profile_us(functions, cases[name]["cpu_us_per_request"]).items())[
+                    :PROFILE_FUNCTIONS
+                ]
+            )
     per_round: dict[str, list[float]] = {}
     for r in rounds:
         for key, value in _ratios(r).items():
@@ -682,6 +721,10 @@ def summarise(
     return {**{k: getattr(args, k) for k in keys}, "prompt_case": name, "prompt_words": words,
             "unique_prompts": unique, "cpus": os.cpu_count(), "cases": cases,
             "ratios": ratios, "per_round": rounds}  # fmt: skip
+
+
+PROFILE_FUNCTIONS = 25
+"""Functions listed per profiled router (``--profile``), the most sampled first."""
 
 
 def profile_us(samples: list[dict[str, int]], cpu_us: float | None) -> dict[str, float]:
@@ -770,6 +813,11 @@ def render_profile(report: dict[str, Any]) -> list[str]:
         lines.append(f"{name:40}{cells}")
     totals = "".join(f" {sum(p.values()):16.1f}" for p in profiled.values())
     lines.append(f"{'total':40}{totals}")
+    for name in profiled:
+        functions = report["cases"][name].get("profile_functions_us") or {}
+        if functions:
+            lines.append(f"CPU us/request by innermost fairserve function ({name}, top)")
+            lines.extend(f"  {us:6.1f}  {where}" for where, us in functions.items())
     return lines
 
 

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.perf.bench_router import OTHER, Sampler, component, profile_us
+from tests.perf.bench_router import OTHER, Sampler, component, functions_path, profile_us
 
 
 def test_frames_count_for_their_component_and_helpers_for_their_caller() -> None:
@@ -48,3 +48,23 @@ def test_profile_shares_scale_to_the_cpu_per_request() -> None:
     assert us == {"a": 40.0, "b": 40.0}
     assert profile_us([{"a": 1}], None) == {}
     assert profile_us([{}], 80.0) == {}
+
+
+def test_the_sampler_counts_the_innermost_fairserve_function(tmp_path: Path) -> None:
+    """A sample counts for the innermost frame of fairserve's code (a builtin or another
+    package's frame counts for its fairserve caller), or ``OTHER``."""
+    from fairserve.core.openai_api import parse_json
+
+    out = tmp_path / "samples.json"
+    sampler = Sampler(out)
+    sampler._start()
+    try:
+        body = b'{"prompt": "%b"}' % (b"x" * 200_000)
+        deadline = time.process_time() + 0.3
+        while time.process_time() < deadline:
+            parse_json(body)
+    finally:
+        sampler._stop()
+    functions = json.loads(functions_path(out).read_text())
+    decoding = functions.get("core/openai_api.py:decode_whole", 0)
+    assert decoding >= 1 and decoding >= sum(functions.values()) // 2, functions
