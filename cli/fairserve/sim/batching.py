@@ -17,7 +17,7 @@ from fairserve.core.types import TOKEN_BYTES, Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
 from fairserve.sim.engine_types import EngineConfig, EngineStats
 from fairserve.sim.kvpool import KVPool, Slot
-from fairserve.sim.match_feed import MatchFeed
+from fairserve.sim.match_feed import FeedMatchLen, MatchFeed
 from fairserve.sim.waiting import WaitingQueue
 
 
@@ -31,6 +31,55 @@ def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[
     except StopIteration as end:
         admitted: list[Request] = end.value
         return admitted
+
+
+NEVER = 1 << 62
+"""A refusal limit no claim reaches: every request is asked about."""
+
+
+class PredictedRefusals:
+    """The refusals a batch formation can give without being asked
+    (:class:`~fairserve.sched.local.dlpm_pass.Refusals`): a held request whose claim is at
+    or above the smallest claim refused so far, or any held request once the running cap
+    is reached, is refused without touching the tree (the answer's own shortcuts). Under
+    overload that is nearly every request the fill offers, so a decision that reads this
+    skips thousands of questions per step; the records stay the same."""
+
+    __slots__ = ("_batch", "_feed", "_match_len", "_waiting", "admitted", "limit")
+
+    def __init__(
+        self, match_len: FeedMatchLen, feed: MatchFeed, batch: Batch, waiting: WaitingQueue
+    ) -> None:
+        self._match_len = match_len
+        self._feed = feed
+        self._batch = batch
+        self._waiting = waiting
+        self.admitted: set[Request] = set()
+        """Admitted in this decision (still held until the decision ends)."""
+        self.limit = NEVER
+        """Claims at or above this are refused (kept current by the batch formation)."""
+
+    @property
+    def needs(self) -> dict[Request, int] | None:
+        """The held requests' claims (:attr:`MatchFeed.needs`), once the decision read the
+        moved matches (None before: no prediction)."""
+        return self._match_len.needs
+
+    @property
+    def floor(self) -> int:
+        """The smallest claim of a request still waiting and not admitted in this decision,
+        when every waiting request is held (the feed holds only waiting requests, so then
+        it holds as many as wait); -1 otherwise. Once :attr:`limit` is at or below it,
+        every request left would be refused."""
+        needs = self._match_len.needs
+        if not needs or len(needs) != len(self._waiting):
+            return -1
+        smallest = self._feed.smallest_need(self.admitted)
+        return -1 if smallest is None else smallest
+
+    def refused(self, count: int) -> None:
+        """Counted beside the refusals the answer recorded (:meth:`Batch.refused_all`)."""
+        self._batch.predicted_refusals += count
 
 
 class Running(Protocol):
@@ -57,6 +106,19 @@ class Batch:
         """Every decoding request produces a token in this step (no discipline decodes only
         some of them)."""
         self.refused: set[int] = set()
+        """``id`` of the requests admission asked about and refused."""
+        self.predicted_refusals = 0
+        """Requests the policy did not ask about because the answer would have been a
+        refusal (:class:`PredictedRefusals`): each a waiting request, none asked too."""
+
+    def refused_all(self, waiting: WaitingQueue) -> bool:
+        """Whether admission refused every request left waiting (asked or predicted).
+
+        With predicted refusals the ids are not at hand, but every refusal, asked or not,
+        is of a distinct request that is still waiting, so counting them answers it."""
+        if not self.predicted_refusals:
+            return waiting.all_in(self.refused)
+        return len(self.refused) + self.predicted_refusals >= len(waiting)
 
     @property
     def prefill_tokens(self) -> int:
@@ -149,6 +211,20 @@ class BatchFormer:
         # refused with one look-up (the refusal below, without recomputing it).
         settled = chunked and ratio == pool.base_ratio
         refuse = batch.refused.add
+        predicted = PredictedRefusals(match_len, self.matches, batch, waiting) if settled else None
+        match_len.refusals = predicted
+
+        def relimit() -> None:
+            """The claim from which ``answer`` refuses a held request at once (its first
+            two checks), after something it depends on changed."""
+            if predicted is None:
+                return
+            if batch.budget_tokens <= 0 or refused_need[0] <= floor_need:
+                predicted.limit = NEVER  # the next answer ends the decision: ask it
+            elif cap is not None and len(running) >= cap:
+                predicted.limit = 0  # every held request is refused without a lock
+            else:
+                predicted.limit = refused_need[0]
 
         def answer(req: Request) -> Answer:
             budget = batch.budget_tokens
@@ -179,12 +255,17 @@ class BatchFormer:
                 slot = pool.try_admit(req, waiting.output_key(req))
                 if slot is None:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
+                    relimit()
             if slot is None:
                 batch.refused.add(id(req))
                 return EXHAUSTED if refused_need[0] <= floor_need else NO_FIT
             self._start(slot, batch, now_s, chunked)
+            if predicted is not None:
+                predicted.admitted.add(req)
+            relimit()
             return FIT
 
+        relimit()
         decision = self.policy.decide(waiting.requests(), match_len, now_s)
         admitted = answer_all(decision, answer)
         waiting.remove_all(admitted)

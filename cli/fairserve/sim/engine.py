@@ -288,7 +288,7 @@ class Engine:
             return True
         if not self.former.may_fit_any():
             return True
-        return self.waiting.all_in(batch.refused)
+        return batch.refused_all(self.waiting)
 
     def _decode_only_blocked(self, batch: Batch) -> bool:
         """Before executing: this step is pure decode of every running request, nothing is
@@ -300,7 +300,7 @@ class Engine:
             return False
         if self.config.batching == "fastertransformer" or not self.former.may_fit_any():
             return True
-        return self.waiting.all_in(batch.refused)
+        return batch.refused_all(self.waiting)
 
     def _plan_span(self, start_s: float, horizon_s: float) -> list[float]:
         """End times of the identical decode steps that can follow ``start_s``: up to the

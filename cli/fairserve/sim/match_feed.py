@@ -20,18 +20,20 @@ A policy that does not call it gets the old per-decision memo, computed when fir
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Container, Iterable
 from math import ceil
 
 from fairserve.core.radix import RadixTree
 from fairserve.core.radix_node import Ticket
 from fairserve.core.types import TOKEN_BYTES, Request
+from fairserve.sched.local.dlpm_pass import Refusals
 
 
 class FeedMatchLen:
     """One decision's ``match_len``: callable, with ``moved`` (see the module docstring)."""
 
-    __slots__ = ("_feed", "_frozen", "_memo", "needs")
+    __slots__ = ("_feed", "_frozen", "_memo", "needs", "refusals")
 
     def __init__(self, feed: MatchFeed) -> None:
         self._feed = feed
@@ -41,6 +43,9 @@ class FeedMatchLen:
         self.needs: dict[Request, int] | None = None
         """Once ``moved()`` was called: :attr:`MatchFeed.needs`, what admitting each held
         request would claim at the base reservation ratio, by its match at the start."""
+        self.refusals: Refusals | None = None
+        """What the host would refuse without being asked (set by the batch formation;
+        :class:`~fairserve.sched.local.dlpm_pass.Refusals`)."""
 
     def __call__(self, req: Request) -> int:
         if self._frozen:
@@ -68,7 +73,9 @@ class MatchFeed:
         "_base_ratio",
         "_by_ticket",
         "_kept",
+        "_need_heap",
         "_pending",
+        "_pushed",
         "_tickets",
         "_tree",
         "_unknown",
@@ -100,6 +107,10 @@ class MatchFeed:
         """The tree could not list its revocations: any match may have moved."""
         self._untracked: list[Request] = []
         """Held without a ticket (the tree kept none): dropped at the next decision."""
+        self._need_heap: list[tuple[int, int, Request]] = []
+        """``(need, serial, request)`` for every held request's :attr:`needs` entry, and
+        entries gone stale (the request left, or holds another need), dropped lazily."""
+        self._pushed = 0
 
     def begin(self) -> FeedMatchLen:
         """A decision starts: :meth:`settle`, and return the decision's ``match_len``."""
@@ -176,7 +187,13 @@ class MatchFeed:
         self.held[req] = cached
         remaining = req.max_output_tokens - req.output_tokens
         reserve = ceil(self._base_ratio * remaining) if remaining > 0 else 0
-        self.needs[req] = len(key) // TOKEN_BYTES - cached + req.output_tokens + reserve
+        need = self.needs[req] = len(key) // TOKEN_BYTES - cached + req.output_tokens + reserve
+        self._pushed += 1
+        heap = self._need_heap
+        heapq.heappush(heap, (need, self._pushed, req))
+        if len(heap) > 2 * len(self.needs) + 64:  # mostly stale: rebuild from the held
+            heap[:] = [(n, i, r) for i, (r, n) in enumerate(self.needs.items())]
+            heapq.heapify(heap)
         self._tickets[req] = ticket
         if ticket is not None:
             holders = self._by_ticket.get(ticket)
@@ -185,6 +202,18 @@ class MatchFeed:
             else:
                 holders[req] = None
         return cached
+
+    def smallest_need(self, leaving: Container[Request] = ()) -> int | None:
+        """The smallest :attr:`needs` entry, those of ``leaving`` (about to leave the queue)
+        left out; None when nothing else is held. Amortised O(log n): stale entries are
+        dropped from the heap as they surface, and so are those of ``leaving``."""
+        heap, needs = self._need_heap, self.needs
+        while heap:
+            need, _serial, req = heap[0]
+            if needs.get(req) == need and req not in leaving:
+                return need
+            heapq.heappop(heap)
+        return None
 
     def read_unheld(self, req: Request) -> int:
         """The match of ``req`` in the tree now (the cache's ``cached_prefix``), not held."""

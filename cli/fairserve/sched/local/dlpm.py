@@ -236,7 +236,13 @@ class DLPM(LocalPolicy):
 
         fill = self.config.work_conserving and not self._fill_patience.hold
         state = DecisionState(
-            order, self.deficits, self._refill, fill, queue=waiting, queued=queued
+            order,
+            self.deficits,
+            self._refill,
+            fill,
+            queue=waiting,
+            queued=queued,
+            refusals=getattr(match_len, "refusals", None),
         )
         yield from state.run(admit)
         self._fill_patience.decided(CREDIT_BLOCKED if state.credit_blocked else None, bypassed=True)
