@@ -391,6 +391,28 @@ def test_owner_eviction_without_keys_evicts_the_same_leaves() -> None:
     assert trees[0].node_count() == trees[1].node_count()
 
 
+def test_the_walk_memo_answers_the_same_key_object_only() -> None:
+    """A walk is remembered for the key object a match was asked with (no hash of a long
+    prompt): the same object is recalled; an equal key in another object, or any key once
+    the shape changed, walks again. Inserting either way gives the same tree."""
+    key = k(list(range(1, 200)))
+    trees = RadixTree(), RadixTree()
+    for tree in trees:
+        tree.insert(k(list(range(1, 50))), "w0")
+        tree.insert(k([*range(1, 30), 7, 7]), "w1")
+    first = trees[0].match_owners(key)
+    walk = trees[0]._trie.recall(key)
+    assert walk is not None and walk[1] == 49 * 4
+    assert trees[0]._trie.recall(bytes(bytearray(key))) is None  # equal, another object
+    assert trees[1].match_owners(bytes(bytearray(key))) == first
+    trees[0].insert(key, "w1")  # from the remembered walk
+    trees[1].insert(key, "w1")  # another object: walks from the root
+    assert trees[0]._trie.recall(key) is None  # the shape changed
+    for probe in (key, k(list(range(1, 60))), k([*range(1, 30), 7])):
+        assert trees[0].match_owners(probe) == trees[1].match_owners(probe)
+    assert trees[0].owner_tokens("w1") == trees[1].owner_tokens("w1") == 199 + 2
+
+
 def test_locked_prefix_survives_eviction_even_when_least_recent() -> None:
     tree = RadixTree()
     tree.insert(k([1, 2, 3, 4]))
