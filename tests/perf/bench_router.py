@@ -280,7 +280,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("answer head, framing (recv incl.)", ("router/pool.py:data_received", "router/pool.py:_",
                                            "router/framing.py:", "router/http11.py:parse_resp")),
     ("request head (recv incl.)", ("router/front.py:data_received", "router/front.py:_next",
-                                   "router/front.py:_parse_head", "router/http11.py:")),
+                                   "router/front_head.py:", "router/http11.py:")),
     ("lifecycle, feeds, slots", ("router/lifecycle.py:", "router/feeds.py:", "router/slots.py:")),
     ("prepare_call, rest", ("router/handlers.py:",)),
     ("proxy, pool, front (glue)", ("router/proxy.py:", "router/pool.py:", "router/front.py:",

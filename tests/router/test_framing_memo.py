@@ -81,16 +81,16 @@ def test_a_head_that_breaks_the_rules_raises_every_time() -> None:
         except HeadError:
             continue
         raise AssertionError("accepted")
-    assert bad not in framing._announced_by_head
+    assert bad not in framing.announced_by_head
 
 
 def test_the_memory_is_bounded_and_long_heads_are_not_remembered() -> None:
     for n in range(HEAD_MEMO_ENTRIES * 3):
         parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: %d" % n)
-        assert len(framing._announced_by_head) <= HEAD_MEMO_ENTRIES
+        assert len(framing.announced_by_head) <= HEAD_MEMO_ENTRIES
     long = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: " + b"a" * HEAD_MEMO_MAX_BYTES
     assert parse_head(long).status == 200
-    assert long not in framing._announced_by_head
+    assert long not in framing.announced_by_head
 
 
 def test_each_answer_is_a_new_response() -> None:

@@ -1,5 +1,5 @@
 """The lean front remembers request heads apart from their Content-Length value
-(``front._parse_head``): a head served from memory decides what a fresh parse by the rules
+(``front_head.parse_head``): a head served from memory decides what a fresh parse by the rules
 decides (route, headers, body length, HTTP/1.0, keep-alive, or "not served here"), whatever
 its length and the body limit; a head the front does not serve is never remembered; and the
 memory stays bounded."""
@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDictProxy
 
-from fairserve.router import front, http11
-from fairserve.router.front import HEAD_MEMO_ENTRIES, HEAD_MEMO_MAX_BYTES, _Head, _parse_head
+from fairserve.router import front_head, http11
+from fairserve.router.front_head import HEAD_MEMO_ENTRIES, HEAD_MEMO_MAX_BYTES, Head, parse_head
 
 
-def _reference(head: bytes, start: int, max_body_bytes: int) -> _Head | None:
-    """``_parse_head`` as it was before the memo (every head parsed by the rules)."""
+def _reference(head: bytes, start: int, max_body_bytes: int) -> Head | None:
+    """``parse_head`` as it was before the memo (every head parsed by the rules)."""
     try:
         parsed = http11.parse_request_head(head)
     except http11.HeadError:
@@ -23,17 +23,21 @@ def _reference(head: bytes, start: int, max_body_bytes: int) -> _Head | None:
     if parsed.method != b"POST":
         return None
     path, query_sep, query = parsed.target.partition(b"?")
-    route = front.ROUTES.get(path)
-    if route is None or (query_sep and not front._QUERY.fullmatch(query)):
+    route = front_head.ROUTES.get(path)
+    if route is None or (query_sep and not front_head.QUERY.fullmatch(query)):
         return None
     length = parsed.content_length
-    if length is None or length > max_body_bytes or not parsed.names.isdisjoint(front._HAND_OVER):
+    if (
+        length is None
+        or length > max_body_bytes
+        or not parsed.names.isdisjoint(front_head.HAND_OVER)
+    ):
         return None
     headers = CIMultiDictProxy(parsed.headers)
-    return _Head(route, headers, start, length, parsed.http10, parsed.keep_alive)
+    return Head(route, headers, start, length, parsed.http10, parsed.keep_alive)
 
 
-def _decided(head: _Head | None) -> object:
+def _decided(head: Head | None) -> object:
     """What a parsed head decides; the headers but Content-Length (which the front leaves
     to the framing: one remembered head serves every length)."""
     if head is None:
@@ -98,39 +102,37 @@ _HEADS = st.builds(
 def test_a_remembered_head_decides_what_a_fresh_parse_decides(
     heads: list[bytes], lengths: list[bytes], limit: int
 ) -> None:
-    front._served_by_head.clear()
+    front_head.served_by_head.clear()
     for head in heads + heads:  # the second time from memory, where it was remembered
         variants = [head] + [head.replace(b"ength: 17723", b"ength: " + n) for n in lengths]
         for variant in variants:
             start = len(variant) + 4
-            assert _decided(_parse_head(variant, start, limit)) == _decided(
+            assert _decided(parse_head(variant, start, limit)) == _decided(
                 _reference(variant, start, limit)
             ), variant
 
 
 def test_the_memory_is_bounded_and_unserved_or_long_heads_are_not_remembered() -> None:
-    front._served_by_head.clear()
+    front_head.served_by_head.clear()
     base = b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nX-N: %d\r\nContent-Length: 5"
     for n in range(HEAD_MEMO_ENTRIES * 3):
-        assert _parse_head(base % n, 0, 100) is not None
-        assert len(front._served_by_head) <= HEAD_MEMO_ENTRIES
-    front._served_by_head.clear()
-    assert (
-        _parse_head(b"GET /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 5", 0, 9) is None
-    )
+        assert parse_head(base % n, 0, 100) is not None
+        assert len(front_head.served_by_head) <= HEAD_MEMO_ENTRIES
+    front_head.served_by_head.clear()
+    assert parse_head(b"GET /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 5", 0, 9) is None
     long = b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nX-Pad: %b\r\nContent-Length: 5" % (
         b"a" * HEAD_MEMO_MAX_BYTES
     )
-    assert _parse_head(long, 0, 100) is not None
-    assert not front._served_by_head
+    assert parse_head(long, 0, 100) is not None
+    assert not front_head.served_by_head
 
 
 def test_one_remembered_head_serves_every_body_length() -> None:
-    front._served_by_head.clear()
+    front_head.served_by_head.clear()
     head = b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: %d"
     for length in (17723, 4, 17724, 99):
-        parsed = _parse_head(head % length, 10, 20_000)
+        parsed = parse_head(head % length, 10, 20_000)
         assert parsed is not None and parsed.body_end == 10 + length
         assert "Content-Length" not in parsed.headers
-    assert len(front._served_by_head) == 1
-    assert _parse_head(head % 20_001, 10, 20_000) is None  # over the limit, remembered or not
+    assert len(front_head.served_by_head) == 1
+    assert parse_head(head % 20_001, 10, 20_000) is None  # over the limit, remembered or not

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from fairserve.router.head_memo import HeadMemo
 from fairserve.router.http11 import ChunkedDecoder, HeadError, parse_response_head
 
 READ_HIGH_WATER = 1 << 20
@@ -216,7 +217,7 @@ HEAD_MEMO_ENTRIES = 64
 """Answer heads remembered (all forgotten when full)."""
 HEAD_MEMO_MAX_BYTES = 1024
 """Longer heads are parsed every time."""
-_announced_by_head: dict[bytes, Announced] = {}
+announced_by_head: HeadMemo[Announced] = HeadMemo(HEAD_MEMO_ENTRIES, HEAD_MEMO_MAX_BYTES)
 """Recent answer heads -> what they announce. Parsing a head by the strict rules costs
 ~4 us; a worker sends the same head bytes again and again: every stream within the second
 of its ``Date`` header, and non-streamed answers of the same length. A head that breaks
@@ -226,13 +227,10 @@ the rules is never remembered (it raises each time)."""
 def parse_head(head: bytes) -> Response:
     """The answer a head announces (raises ValueError, a :class:`HeadError`, for a head
     that breaks :mod:`~fairserve.router.http11`'s rules)."""
-    announced = _announced_by_head.get(head)
+    announced = announced_by_head.get(head)
     if announced is None:
         announced = announce(head)
-        if len(head) <= HEAD_MEMO_MAX_BYTES:
-            if len(_announced_by_head) >= HEAD_MEMO_ENTRIES:
-                _announced_by_head.clear()
-            _announced_by_head[head] = announced
+        announced_by_head.remember(head, announced)
     status, content_type, keep_alive, length, chunked = announced
     resp = Response(status, content_type, keep_alive)
     resp._frame(length, chunked)

@@ -31,16 +31,15 @@ import http
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from multidict import CIMultiDictProxy
 
-from fairserve.api import paths
 from fairserve.core.openai_api import ApiError, Route, error_body, internal_error
 from fairserve.router import guard, handlers, http11, proxy
+from fairserve.router.front_head import Head, parse_head
 from fairserve.router.guard import ConnectionLimits
 
 if TYPE_CHECKING:
@@ -48,12 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fairserve.router")
 
-ROUTES: dict[bytes, Route] = {path.encode(): route for route, path in paths.GENERATION.items()}
 MAX_HEAD_BYTES = http11.MAX_FIELD_BYTES
 """A longer request head goes to aiohttp (which serves it or answers 400 by its limits)."""
-_HAND_OVER = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
-_QUERY = re.compile(rb"[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*")
-"""Query strings the front serves (RFC 3986 query characters); others go to aiohttp."""
 _SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 
 
@@ -145,28 +140,6 @@ class Front:
         return None
 
 
-class _Head:
-    """A parsed request head the front serves."""
-
-    __slots__ = ("body_end", "headers", "http10", "keep_alive", "route", "start")
-
-    def __init__(
-        self,
-        route: Route,
-        headers: CIMultiDictProxy[str],
-        start: int,
-        length: int,
-        http10: bool,
-        keep_alive: bool,
-    ) -> None:
-        self.route = route
-        self.headers = headers
-        self.start = start
-        self.body_end = start + length
-        self.http10 = http10
-        self.keep_alive = keep_alive
-
-
 class FrontConnection(asyncio.Protocol):
     """One client connection; also the :class:`~fairserve.router.answer.Responder` of the
     request it is serving (one at a time)."""
@@ -178,7 +151,7 @@ class FrontConnection(asyncio.Protocol):
         self.idle_since_s = time.monotonic()
         """When the last request ended (infinity while one is being served)."""
         self._buf: bytes | bytearray = b""
-        self._head: _Head | None = None
+        self._head: Head | None = None
         self._task: asyncio.Task[None] | None = None
         """The connection's serving task: it serves one request after another and waits
         for the next in between. One task per connection, not per request: creating and
@@ -292,7 +265,7 @@ class FrontConnection(asyncio.Protocol):
                 # does, and whose keep-alive timeout ends one that trickles.
                 self._hand_over()
                 return
-            head = _parse_head(bytes(self._buf[:end]), end + 4, self.front.max_body_bytes)
+            head = parse_head(bytes(self._buf[:end]), end + 4, self.front.max_body_bytes)
             if head is None:
                 self._hand_over()
                 return
@@ -472,90 +445,6 @@ class FrontConnection(asyncio.Protocol):
                 body,
             )
         )
-
-
-HEAD_MEMO_ENTRIES = 256
-"""Request heads remembered, Content-Length aside (all forgotten when full)."""
-HEAD_MEMO_MAX_BYTES = 2048
-"""Longer heads are parsed every time."""
-_LENGTH_LINES = (b"\r\nContent-Length: ", b"\r\ncontent-length: ")
-"""How clients spell the line whose value a remembered head leaves out."""
-_MAX_LENGTH_DIGITS = 18
-"""``http11``'s limit on a Content-Length value."""
-Served = tuple[Route, CIMultiDictProxy[str], bool, bool]
-"""What a head the front serves decides, its body length aside: route, headers (without
-Content-Length), HTTP/1.0, keep-alive."""
-_served_by_head: dict[bytes, Served] = {}
-"""Recent request heads without their Content-Length value -> what they decide. Parsing a
-head by the strict rules costs ~6 us; a client sends the same head again and again but for
-the length of the body, and no rule's verdict depends on that value beyond its being 1 to
-18 digits. Heads the front does not serve are never remembered."""
-
-
-def _parse_head(head: bytes, start: int, max_body_bytes: int) -> _Head | None:
-    """The request head if the front serves it, else None (aiohttp will: a head that breaks
-    :mod:`~fairserve.router.http11`'s rules gets aiohttp's 400, so both paths refuse
-    alike). Remembered apart from its Content-Length value (:data:`_served_by_head`)."""
-    length_at, key = _length_value(head)
-    served = _served_by_head.get(key) if key is not None else None
-    if served is not None:
-        assert key is not None
-        length = int(head[length_at : length_at + len(head) - len(key)])
-    else:
-        served_length = _parse_fresh(head)
-        if served_length is None:
-            return None
-        served, length = served_length
-        if key is not None:
-            if len(_served_by_head) >= HEAD_MEMO_ENTRIES:
-                _served_by_head.clear()
-            _served_by_head[key] = served
-    if length > max_body_bytes:
-        return None
-    route, headers, http10, keep_alive = served
-    return _Head(route, headers, start, length, http10, keep_alive)
-
-
-def _length_value(head: bytes) -> tuple[int, bytes | None]:
-    """Where the Content-Length value starts in ``head`` and the head without it (the
-    memo's key), or ``(0, None)`` when the head is not one to remember: too long, no such
-    line in the usual spelling, or a value that is not plain digits within the limit."""
-    if len(head) > HEAD_MEMO_MAX_BYTES:
-        return 0, None
-    for line in _LENGTH_LINES:
-        at = head.find(line)
-        if at >= 0:
-            break
-    else:
-        return 0, None
-    value_at = at + len(line)
-    end = head.find(b"\r\n", value_at)
-    if end < 0:
-        end = len(head)
-    if not (0 < end - value_at <= _MAX_LENGTH_DIGITS and head[value_at:end].isdigit()):
-        return 0, None
-    return value_at, head[:value_at] + head[end:]
-
-
-def _parse_fresh(head: bytes) -> tuple[Served, int] | None:
-    """What ``head`` decides by the rules, and its body length; None if the front does not
-    serve it (whatever the limit on bodies, which the caller applies)."""
-    try:
-        parsed = http11.parse_request_head(head)
-    except http11.HeadError:
-        return None
-    if parsed.method != b"POST":
-        return None
-    path, query_sep, query = parsed.target.partition(b"?")
-    route = ROUTES.get(path)
-    if route is None or (query_sep and not _QUERY.fullmatch(query)):
-        return None
-    length = parsed.content_length
-    if length is None or not parsed.names.isdisjoint(_HAND_OVER):
-        return None
-    headers = parsed.headers
-    headers.popall("Content-Length")  # the framing's; one remembered head serves every length
-    return (route, CIMultiDictProxy(headers), parsed.http10, parsed.keep_alive), length
 
 
 _REASONS: dict[int, bytes] = {s.value: s.phrase.encode() for s in http.HTTPStatus}
