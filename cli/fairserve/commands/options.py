@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
@@ -78,6 +79,30 @@ def admin_token_option(flag: str, help_text: str) -> Any:
     """``--admin-token`` (servers: the token they require) or ``--token`` (clients: the
     token they send), both also read from :data:`ADMIN_TOKEN_ENV`."""
     return typer.Option(flag, envvar=ADMIN_TOKEN_ENV, help=help_text)
+
+
+def check_url(value: str | None) -> str | None:
+    """``--url`` of the commands that talk to a router or worker: ``http(s)://HOST[:PORT]``
+    (a path prefix is kept, for a router behind a proxy), checked while parsing so that a
+    typo is a usage error (exit 2) naming the option, not an internal error from the HTTP
+    client after the command started."""
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected http://HOST:PORT, got {value!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"expected http://HOST:PORT, got {value!r}")
+    if port == 0:
+        raise typer.BadParameter(f"expected a port in 1..65535, got {value!r}")
+    return value.strip()
+
+
+def url_option(help_text: str, **kwargs: Any) -> Any:
+    """``--url URL``, checked by :func:`check_url`."""
+    return typer.Option("--url", help=help_text, callback=check_url, **kwargs)
 
 
 def plot_option(help_text: str) -> Any:

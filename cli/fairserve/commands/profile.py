@@ -52,9 +52,7 @@ def measure(
     ctx: typer.Context,
     url: Annotated[
         str | None,
-        typer.Option(
-            "--url", help="The worker to measure (SGLang or fairserve worker).", show_default=False
-        ),
+        opts.url_option("The worker to measure (SGLang or fairserve worker).", show_default=False),
     ] = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="A reduced sweep (seconds on a simulated worker).")

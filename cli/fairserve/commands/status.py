@@ -24,7 +24,7 @@ def status(
     json_output: opts.JsonOutput = False,
     url: Annotated[
         str | None,
-        typer.Option("--url", help="A router to ask instead of the one in the run file."),
+        opts.url_option("A router to ask instead of the one in the run file."),
     ] = None,
     token: Annotated[
         str | None,

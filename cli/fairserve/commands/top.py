@@ -31,7 +31,7 @@ def _window(value: float) -> float:
 def top(
     url: Annotated[
         str | None,
-        typer.Option("--url", help="A router to watch instead of the one in the run file."),
+        opts.url_option("A router to watch instead of the one in the run file."),
     ] = None,
     token: Annotated[
         str | None,

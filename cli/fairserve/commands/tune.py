@@ -41,7 +41,7 @@ app = typer.Typer(no_args_is_help=True, help="Tune the fairness quantum and clie
 
 Url = Annotated[
     str | None,
-    typer.Option("--url", help="A router to talk to instead of the one in the run file."),
+    opts.url_option("A router to talk to instead of the one in the run file."),
 ]
 Token = Annotated[
     str | None,
