@@ -61,7 +61,25 @@ def bench_report(result: BenchResult) -> dict[str, Any]:
     report["errors"] = _errors_summary(by_client)
     report["unfinished"] = _apart(result, UNFINISHED, unfinished_message(result))
     report["skipped"] = _apart(result, SKIPPED, "")
+    report["identity"] = _identity(result)
     return report
+
+
+def _identity(result: BenchResult) -> dict[str, Any]:
+    """How the router told the clients apart, and a note when it could not tell the
+    workload's clients apart (one API key sent for several): the per-client figures and
+    Jain's index are then the bench's split, not what the router's fairness saw."""
+    merged = [list(group) for group in result.merged]
+    note = None
+    if merged:
+        groups = "; ".join(", ".join(group) for group in merged)
+        note = (
+            f"the router identifies clients by API key ({result.auth_mode}) and these "
+            f"clients were sent with one key, so it served each group as one client: "
+            f"{groups}; the per-client figures and Jain's index split them by the names "
+            "the bench sent, which the router ignored (give each client its own key)"
+        )
+    return {"auth_mode": result.auth_mode, "merged": merged, "note": note}
 
 
 def _window_rates(sim: SimResult, window: list[float]) -> dict[str, float]:

@@ -92,6 +92,12 @@ class BenchResult:
     server_weights: dict[str, float] | None = None
     """The router's client weights (``GET /fairserve/v1/weights``), None when the server
     does not publish them; the report's weighted Jain's index uses them first."""
+    auth_mode: str | None = None
+    """How the router identifies clients (``/fairserve/v1/state``'s ``auth_mode``), None
+    when the server is not a fairserve router."""
+    merged: tuple[tuple[str, ...], ...] = ()
+    """Groups of workload clients sent with one API key to a router that identifies
+    clients by key: each group is one client there, whatever names the bench sends."""
 
 
 ProgressFn = Callable[[ProgressInfo], None]
@@ -120,6 +126,9 @@ async def run_workload(
         await probe(session, base, options.timeout_s)
         result = await _Run(session, base, workload, options, progress).run()
         result.server_weights = await server_weights(session, base, options)
+        result.auth_mode = await server_auth_mode(session, base, options)
+        names = [c.name for c in result.clients]
+        result.merged = merged_clients(result.auth_mode, names, options)
         return result
 
 
@@ -165,6 +174,41 @@ async def server_weights(
         for name, w in weights.items()
         if isinstance(w, int | float) and not isinstance(w, bool) and w > 0
     }
+
+
+async def server_auth_mode(
+    session: aiohttp.ClientSession, url: str, options: BenchOptions
+) -> str | None:
+    """The router's identity mode (``open``, ``api-key``, ``api-key+trusted-header``); None
+    if the server is not a fairserve router (or does not answer in time)."""
+    try:
+        limit = aiohttp.ClientTimeout(total=min(options.timeout_s, 5.0))
+        async with session.get(url + paths.ROUTER_STATE + "?limit=1", timeout=limit) as resp:
+            if resp.status != 200:
+                return None
+            body = await resp.json(content_type=None)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        return None
+    router = body.get("router") if isinstance(body, dict) else None
+    mode = router.get("auth_mode") if isinstance(router, dict) else None
+    return mode if isinstance(mode, str) else None
+
+
+def merged_clients(
+    auth_mode: str | None, names: list[str], options: BenchOptions
+) -> tuple[tuple[str, ...], ...]:
+    """The workload clients that share one API key, per key, when the router identifies
+    clients by key (``api-key`` modes): there the key wins over ``X-Fairserve-Client``, so
+    the router charges such a group to one client and the bench's split of it is its own.
+    Clients sent without a key keep their header name (``api-key+trusted-header``)."""
+    if auth_mode is None or not auth_mode.startswith("api-key"):
+        return ()
+    by_key: dict[str, list[str]] = {}
+    for name in names:
+        key = options.api_keys.get(name, options.token)
+        if key:
+            by_key.setdefault(key, []).append(name)
+    return tuple(tuple(group) for group in by_key.values() if len(group) > 1)
 
 
 class _Run:

@@ -40,9 +40,8 @@ def _check_api(value: str) -> str:
 def bench(
     url: Annotated[
         str,
-        typer.Option(
-            help="Base URL of the router or server, e.g. http://127.0.0.1:8000.",
-            show_default=False,
+        opts.url_option(
+            "Base URL of the router or server, e.g. http://127.0.0.1:8000.", show_default=False
         ),
     ],
     workload: Annotated[
@@ -97,6 +96,16 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    client_keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--client-key",
+            metavar="CLIENT=KEY",
+            help="API key of one workload client (repeatable; wins over --token), so a "
+            "router with a clients file tells the clients apart.",
+            show_default=False,
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -134,6 +143,7 @@ def bench(
         timeout_s=timeout_s,
         max_in_flight=max_in_flight,
         token=token,
+        api_keys=parse_client_keys(client_keys or [], [c.name for c in loaded.clients]),
         model=model,
     )
     if not json_output and out.stderr.isatty():
@@ -141,6 +151,26 @@ def bench(
     else:
         result = asyncio.run(run_workload(url, loaded, options))
     _finish(result, out, plot)
+
+
+def parse_client_keys(items: list[str], clients: list[str]) -> dict[str, str]:
+    """``--client-key CLIENT=KEY`` items as client → key; a usage error for a malformed
+    item or a client the workload does not have (a typo would send that client's calls
+    under --token, charged to someone else)."""
+    keys: dict[str, str] = {}
+    for item in items:
+        name, sep, key = item.partition("=")
+        if not sep or not name or not key:
+            raise typer.BadParameter(
+                f"expected CLIENT=KEY, got {item!r}", param_hint="--client-key"
+            )
+        if name not in clients:
+            raise typer.BadParameter(
+                f"the workload has no client {name!r} (its clients: {', '.join(clients)})",
+                param_hint="--client-key",
+            )
+        keys[name] = key
+    return keys
 
 
 async def _run_with_bar(
@@ -253,6 +283,9 @@ def _view(report: dict[str, Any], messages: dict[str, str]) -> list[RenderableTy
     for kind in ("unfinished", "skipped"):
         for reason, count in report[kind]["reasons"].items():
             views.append(Text(f"{count} {kind}: {reason}"))
+    note = report.get("identity", {}).get("note")
+    if note:
+        views.append(Text(f"note: {note}", style="yellow"))
     return views
 
 
