@@ -175,6 +175,15 @@ def test_bad_profile_path(run_cli: RunCli, env: dict[str, str], tmp_path: Path) 
     _fails(run_cli, env, 2, missing, "--engine", "sim", "--profile", missing, "--port", "0")
 
 
+def test_unwritable_record_path(run_cli: RunCli, env: dict[str, str], tmp_path: Path) -> None:
+    trace = str(tmp_path / "no-such-dir" / "trace.jsonl")
+    _fails(run_cli, env, 2, f"--record {trace}: directory", "--record", trace, "--port", "0",
+           "--detach")  # fmt: skip
+    result = run_cli("router", "--worker-url", "http://127.0.0.1:9", "--port", "0",
+                     "--record", trace, env=env)  # fmt: skip
+    assert result.returncode == 2 and "--record" in result.stderr, result.stderr
+
+
 def test_unreachable_worker_url(run_cli: RunCli, env: dict[str, str]) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     _fails(run_cli, env, 3, f"{url} did not answer /health",

@@ -131,3 +131,18 @@ def test_default_ready_timeouts() -> None:
     assert default_ready_timeout_s("sim", None) == 60
     assert default_ready_timeout_s("sglang", "m") == 900
     assert default_ready_timeout_s(None, None) == 60
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_trace_that_cannot_be_written_is_a_config_error(tmp_path: Path, dry_run: bool) -> None:
+    """``--record`` is checked with the other options, before any worker starts (it was
+    opened by the router after the workers were up: a bare ``[Errno 2]``, exit 1)."""
+    for path, message in [
+        (tmp_path / "no" / "such" / "trace.jsonl", "does not exist"),
+        (tmp_path, "is a directory"),
+    ]:
+        with pytest.raises(ConfigError, match=f"--record .*{message}"):
+            build_plan(LaunchOptions(engine="sim", port=0, record=str(path)), dry_run=dry_run)
+    fine = tmp_path / "trace.jsonl"
+    assert build_plan(LaunchOptions(engine="sim", port=0, record=str(fine))).router.trace_path
+    assert not fine.exists()  # checked, not created: the router opens it

@@ -8,9 +8,11 @@ pointing the user at a background log.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from fairserve.cluster.engine import check_sglang, detect, parse_gpu_ids
 from fairserve.cluster.options import LaunchOptions
@@ -97,6 +99,8 @@ def build_plan(options: LaunchOptions, dry_run: bool = False) -> LaunchPlan:
     ``dry_run`` (``launch --dry-run``) plans without requiring SGLang on this machine and
     without checking that the router's port is free: it only shows what would run."""
     _check_numbers(options)
+    if options.record is not None:
+        check_record_path(options.record)
     remote = tuple(check_url(u) for u in options.worker_urls)
     ray = _ray_plan(options, remote)
     engine, notice = (ray.engine, None) if ray else _engine(options, remote, dry_run)
@@ -232,6 +236,21 @@ def _engine(
             f"{sglang_only[0]}: applies to --engine sglang; simulated workers use no GPU"
         )
     return engine, notice
+
+
+def check_record_path(path: str) -> None:
+    """``--record TRACE`` must be a file the router can create or overwrite: checked with
+    the other options, so a typo fails before any worker starts and names the option (the
+    router itself opens it only once the workers are up)."""
+    trace = Path(path).expanduser()
+    if trace.is_dir():
+        raise ConfigError(f"--record {path}: is a directory (give a file, e.g. trace.jsonl)")
+    parent = trace.parent
+    if not parent.is_dir():
+        raise ConfigError(f"--record {path}: directory {parent} does not exist")
+    writable = os.access(trace, os.W_OK) if trace.exists() else os.access(parent, os.W_OK)
+    if not writable:
+        raise ConfigError(f"--record {path}: not writable")
 
 
 def check_port_free(host: str, port: int) -> None:

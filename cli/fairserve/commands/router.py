@@ -137,6 +137,10 @@ def router(
     from fairserve.router.config import RouterConfig, load_clients
 
     keys, weights = load_clients(clients) if clients else ({}, {})
+    if record is not None:
+        from fairserve.cluster.plan import check_record_path
+
+        check_record_path(record)
     config = RouterConfig(
         worker_urls=tuple(u.rstrip("/") for u in worker_url),
         host=host,
