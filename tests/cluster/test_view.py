@@ -24,6 +24,7 @@ def test_the_live_line_and_rows_change_with_traffic() -> None:
 
     before, after = run(body())
     assert "done 0" in traffic_line(before) and "clients 0" in traffic_line(before)
+    assert "Jain (weighted, 60 s) n/a" in traffic_line(before)  # no client: no index
     line = traffic_line(after)
     assert "done 6" in line and "errors 0" in line and "clients 2" in line
     assert "Jain (weighted, 60 s)" in line

@@ -137,3 +137,13 @@ def test_wall_capacity_scales_with_simulated_speed() -> None:
     worker = snapshot.with_probes({WORKERS[0]: parse_worker_state(fast)}).workers[0]
     assert worker.wall_capacity_tokens_per_s == 12000.0 * 20.0
     assert snapshot.workers[0].wall_capacity_tokens_per_s == 12000.0
+
+
+@pytest.mark.parametrize("judged", [0, 1])
+def test_jain_over_fewer_than_two_clients_is_not_shown(judged: int) -> None:
+    """The router reports Jain 1.0 when fewer than two clients were active in its window
+    (an index over one client says nothing); the dashboard shows n/a, not a perfect 1.00."""
+    state = {**state_json(75.0), "jain_index": 1.0, "fairness": {"clients_judged": judged}}
+    assert parse_state(state).jain_index is None
+    state["fairness"] = {"clients_judged": 2}
+    assert parse_state(state).jain_index == 1.0

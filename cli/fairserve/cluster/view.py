@@ -34,10 +34,13 @@ def traffic_line(state: Mapping[str, Any] | None) -> str:
     tokens_per_s = state.get("throughput", {}).get("tokens_per_s", 0.0)
     fairness = state.get("fairness", {})
     window_s = fairness.get("window_s", 60.0)
+    # Over fewer than two clients the router reports 1.0, which would read as perfect.
+    judged = fairness.get("clients_judged", 0) >= 2
+    jain = f"{fairness.get('jain_index', 1.0):.2f}" if judged else "n/a"
     return (
         f"in flight {state.get('router', {}).get('active_requests', 0)}  done {done}  "
         f"errors {errors}  tokens/s {tokens_per_s:,.0f}  clients {state.get('clients_total', 0)}"
-        f"  Jain (weighted, {window_s:g} s) {fairness.get('jain_index', 1.0):.2f}"
+        f"  Jain (weighted, {window_s:g} s) {jain}"
     )
 
 

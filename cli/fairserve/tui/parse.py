@@ -79,7 +79,7 @@ def parse_state(data: object, url: str = "") -> Snapshot:
     return Snapshot(
         router=_router(as_dict(state.get("router")), url),
         quanta=parse_quanta(state.get("quantum")),
-        jain_index=as_float(state.get("jain_index")),
+        jain_index=_judged_jain(state),
         jain_window_s=None if start is None or end is None else (start, end),
         max_service_gap=as_float(state.get("max_service_gap")),
         fairness_window_s=as_float(as_dict(state.get("fairness")).get("window_s")),
@@ -94,6 +94,15 @@ def parse_state(data: object, url: str = "") -> Snapshot:
         ),
         workers=tuple(_worker(as_dict(w)) for w in as_list(state.get("workers")) if w),
     )
+
+
+def _judged_jain(state: Mapping[str, Any]) -> float | None:
+    """Jain's index, None when the router judged fewer than two clients in its window: it
+    then reports 1.0, which says nothing about fairness and would read as perfect."""
+    judged = as_float(as_dict(state.get("fairness")).get("clients_judged"))
+    if judged is not None and judged < 2:
+        return None
+    return as_float(state.get("jain_index"))
 
 
 def parse_quanta(data: object) -> Quanta:
