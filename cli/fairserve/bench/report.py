@@ -62,6 +62,7 @@ def bench_report(result: BenchResult) -> dict[str, Any]:
     report["unfinished"] = _apart(result, UNFINISHED, unfinished_message(result))
     report["skipped"] = _apart(result, SKIPPED, "")
     report["identity"] = _identity(result)
+    report["interrupted_s"] = result.interrupted_s
     return report
 
 
@@ -97,7 +98,13 @@ def _window_rates(sim: SimResult, window: list[float]) -> dict[str, float]:
 
 
 def unfinished_message(result: BenchResult) -> str:
-    """Why calls were still open: what ``--duration`` and ``--timeout`` mean."""
+    """Why calls were still open: what ``--duration`` and ``--timeout`` mean, or that the
+    run was interrupted."""
+    if result.interrupted_s is not None:
+        return (
+            f"still open when the run was interrupted (Ctrl-C) at {result.interrupted_s:.1f} s; "
+            "not errors"
+        )
     return (
         f"still open when the run ended: arrivals stopped at {result.duration_s:g} s "
         f"(--duration) and calls in flight then had {result.timeout_s:g} s (--timeout) "

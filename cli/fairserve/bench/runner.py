@@ -95,6 +95,9 @@ class BenchResult:
     auth_mode: str | None = None
     """How the router identifies clients (``/fairserve/v1/state``'s ``auth_mode``), None
     when the server is not a fairserve router."""
+    interrupted_s: float | None = None
+    """When the run was stopped early (Ctrl-C), seconds after its start; None if it ran
+    its course. Calls then in flight count as unfinished."""
     merged: tuple[tuple[str, ...], ...] = ()
     """Groups of workload clients sent with one API key to a router that identifies
     clients by key: each group is one client there, whatever names the bench sends."""
@@ -112,9 +115,16 @@ def normalize_url(url: str) -> str:
 
 
 async def run_workload(
-    url: str, workload: Workload, options: BenchOptions, progress: ProgressFn | None = None
+    url: str,
+    workload: Workload,
+    options: BenchOptions,
+    progress: ProgressFn | None = None,
+    stop: asyncio.Event | None = None,
 ) -> BenchResult:
-    """Run ``workload`` against ``url``; raises :class:`Unreachable` if nothing answers."""
+    """Run ``workload`` against ``url``; raises :class:`Unreachable` if nothing answers.
+
+    ``stop`` (set on Ctrl-C) ends the run at once: no more arrivals, no drain, the calls
+    in flight cancelled and counted as unfinished, and the result is what was measured."""
     _check(options)
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=options.timeout_s, sock_read=options.timeout_s
@@ -124,7 +134,7 @@ async def run_workload(
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         base = normalize_url(url)
         await probe(session, base, options.timeout_s)
-        result = await _Run(session, base, workload, options, progress).run()
+        result = await _Run(session, base, workload, options, progress).run(stop)
         result.server_weights = await server_weights(session, base, options)
         result.auth_mode = await server_auth_mode(session, base, options)
         names = [c.name for c in result.clients]
@@ -240,11 +250,16 @@ class _Run:
     def clock(self) -> float:
         return self.loop.time() - self.t0
 
-    async def run(self) -> BenchResult:
+    async def run(self, stop: asyncio.Event | None = None) -> BenchResult:
         ticker = asyncio.create_task(self._tick()) if self.progress else None
+        interrupted_s = None
         try:
-            await self._feed()
-            await self._drain()
+            if stop is None:
+                await self._feed()
+                await self._drain(self.options.timeout_s)
+            elif await self._until_stopped(stop):
+                interrupted_s = self.clock()
+                await self._drain(0.0)
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -262,7 +277,26 @@ class _Run:
             unsent=self.unsent,
             programs=self.programs,
             timeout_s=self.options.timeout_s,
+            interrupted_s=interrupted_s,
         )
+
+    async def _until_stopped(self, stop: asyncio.Event) -> bool:
+        """Feed and drain unless ``stop`` is set first; True if it was."""
+        work = asyncio.create_task(self._feed_and_drain())
+        stopped = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        await asyncio.gather(stopped, return_exceptions=True)
+        if work in done:
+            await work  # its exception, if any, is the run's
+            return False
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        return True
+
+    async def _feed_and_drain(self) -> None:
+        await self._feed()
+        await self._drain(self.options.timeout_s)
 
     async def _feed(self) -> None:
         """Start each program at its time; return once the duration is over."""
@@ -274,11 +308,11 @@ class _Run:
             task.add_done_callback(self.tasks.discard)
         await self._sleep_until(self.duration_s)
 
-    async def _drain(self) -> None:
+    async def _drain(self, timeout_s: float) -> None:
         """Give in-flight calls ``timeout_s``; cancel the rest (they record themselves)."""
         pending = set(self.tasks)
-        if pending:
-            _, pending = await asyncio.wait(pending, timeout=self.options.timeout_s)
+        if pending and timeout_s > 0:
+            _, pending = await asyncio.wait(pending, timeout=timeout_s)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fairserve.commands import options as opts
+from fairserve.commands.errors import ExitCode
 from fairserve.commands.options import ReportJson, ReportPlot, WorkloadSeed
 from fairserve.commands.output import Output
 from fairserve.core.defaults import DEFAULT_MAX_IN_FLIGHT
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from fairserve.bench import BenchOptions, BenchResult
+    from fairserve.bench.runner import ProgressFn
     from fairserve.workloads import Workload
 
 _APIS = ("completions", "chat", "generate")
@@ -123,11 +125,12 @@ def bench(
     for their answers. Prints throughput, cache hit rate, fairness (Jain's index of service
     divided by weight, the largest service gap) and per-client latency and time to first
     token; counts every error by status, and apart from them the calls still open at the
-    end and those skipped because a call they depend on was not answered.
+    end and those skipped because a call they depend on was not answered. Ctrl-C ends the
+    run early and still prints the report of what ran (exit 130).
     """
     import asyncio
 
-    from fairserve.bench import BenchOptions, run_workload
+    from fairserve.bench import BenchOptions
     from fairserve.workloads import resolve_workload
 
     out = Output(json_mode=json_output)
@@ -149,7 +152,7 @@ def bench(
     if not json_output and out.stderr.isatty():
         result = asyncio.run(_run_with_bar(url, loaded, options, out))
     else:
-        result = asyncio.run(run_workload(url, loaded, options))
+        result = asyncio.run(_interruptible(url, loaded, options))
     _finish(result, out, plot)
 
 
@@ -177,7 +180,7 @@ async def _run_with_bar(
     url: str, workload: Workload, options: BenchOptions, out: Output
 ) -> BenchResult:
     """The run with a transient rich progress bar on stderr (time, sent, ok, failed)."""
-    from fairserve.bench import ProgressInfo, run_workload
+    from fairserve.bench import ProgressInfo
     from fairserve.tuning.render import progress_bar
 
     progress = progress_bar(
@@ -200,7 +203,35 @@ async def _run_with_bar(
             progress.update(task, completed=info.elapsed_s, counts=counts)
 
     with progress:
-        return await run_workload(url, workload, options, update)
+        return await _interruptible(url, workload, options, update)
+
+
+async def _interruptible(
+    url: str, workload: Workload, options: BenchOptions, progress: ProgressFn | None = None
+) -> BenchResult:
+    """The run, with the first Ctrl-C ending it early rather than losing it: the calls in
+    flight are counted as still open and the report of what ran is printed (exit 130). A
+    second Ctrl-C, while that happens, interrupts at once."""
+    import asyncio
+    import signal
+
+    from fairserve.bench import run_workload
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def first_interrupt() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)  # back to KeyboardInterrupt
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first_interrupt)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (a thread)
+        return await run_workload(url, workload, options, progress)
+    try:
+        return await run_workload(url, workload, options, progress, stop=stop)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def _finish(result: BenchResult, out: Output, plot: Path | None) -> None:
@@ -217,6 +248,8 @@ def _finish(result: BenchResult, out: Output, plot: Path | None) -> None:
         runs = [(f"{result.api} API", to_sim_result(result))]
         plot_runs(runs, plot, title=title, arrivals_end_s=result.duration_s)
         out.note(f"plot written to {plot}")
+    if result.interrupted_s is not None:
+        raise typer.Exit(ExitCode.INTERRUPT)
     _check_outcome(result)
 
 
@@ -283,6 +316,14 @@ def _view(report: dict[str, Any], messages: dict[str, str]) -> list[RenderableTy
     for kind in ("unfinished", "skipped"):
         for reason, count in report[kind]["reasons"].items():
             views.append(Text(f"{count} {kind}: {reason}"))
+    if report.get("interrupted_s") is not None:
+        views.append(
+            Text(
+                f"interrupted (Ctrl-C) at {_num(report['interrupted_s'], 1)} s: the figures "
+                "cover the run until then",
+                style="yellow",
+            )
+        )
     note = report.get("identity", {}).get("note")
     if note:
         views.append(Text(f"note: {note}", style="yellow"))
