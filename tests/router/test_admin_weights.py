@@ -107,11 +107,21 @@ def test_weight_writes_need_the_admin_token_and_valid_values() -> None:
                 ({"client": "alice", "weight": True}, "weight"),
                 ({"client": "", "weight": 1}, "client"),
                 ({"weight": 1}, "client"),
+                # names no request can carry (X-Fairserve-Client and 'user' refuse them)
+                ({"client": "bad name", "weight": 2}, "client"),
+                ({"client": "x" * 200, "weight": 2}, "client"),
+                ({"client": "caf\u00e9", "weight": 2}, "client"),
                 ({"client": "alice", "weight": 1, "extra": 1}, "extra"),
             ]:
                 status, answer = await put(session, "/fairserve/v1/weights", bad, ADMIN)
                 assert status == 400, bad
                 assert answer["error"]["message"].startswith(field), answer
+        keyed = {"Team A": 1.0}  # a clients file names its clients freely
+        async with sim_router(admin_token=TOKEN, weights=keyed) as (_, session, _):
+            status, _ = await put(
+                session, "/fairserve/v1/weights", {"client": "Team A", "weight": 2}, ADMIN
+            )
+            assert status == 200
         async with sim_router() as (_, session, _):  # no admin token configured
             status, answer = await put(session, "/fairserve/v1/weights", ok, ADMIN)
             assert status == 403 and "--admin-token" in answer["error"]["message"]

@@ -39,7 +39,7 @@ from fairserve.core.openai_api import (
 )
 from fairserve.core.types import Request
 from fairserve.router import proxy
-from fairserve.router.identity import application, identify, upstream_rid
+from fairserve.router.identity import application, check_client_name, identify, upstream_rid
 from fairserve.router.lifecycle import Call
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
@@ -306,6 +306,8 @@ async def put_weight(request: web.Request) -> web.Response:
     client, weight = body.get("client"), body.get("weight")
     if not isinstance(client, str) or not client.strip():
         raise bad_request(f"client: expected a non-empty client name, got {client!r}")
+    if client not in router.config.weights:  # a clients file may name its clients freely
+        check_client_name(client, "client")
     if isinstance(weight, bool) or not isinstance(weight, int | float):
         raise bad_request(f"weight: expected a positive number, got {weight!r}")
     try:

@@ -117,6 +117,20 @@ def application(headers: Mapping[str, str]) -> str | None:
     return _name(app, APP_HEADER, MAX_APP_CHARS) if app else None
 
 
+def check_client_name(value: str, where: str) -> str:
+    """``value`` if a request could carry it as its client name, else 400: a weight set
+    live for a name no request can carry would never apply, yet reach every worker (names
+    from a clients file are the router's own and need no check)."""
+    if not value:
+        raise bad_request(f"{where}: expected a non-empty client name")
+    if len(value) > MAX_NAME_CHARS or not _NAME.fullmatch(value):
+        raise bad_request(
+            f"{where}: a client name is 1 to {MAX_NAME_CHARS} characters from {NAME_CHARS};"
+            f" got {value[: MAX_NAME_CHARS + 1]!a}"
+        )
+    return value
+
+
 def _name(value: str, where: str, limit: int) -> str:
     if not value:
         raise bad_request(f"{where}: expected a non-empty client name")
