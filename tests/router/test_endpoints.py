@@ -259,3 +259,28 @@ def test_client_session_closes_cleanly() -> None:
         assert session.closed
 
     run(body())
+
+
+def test_a_restarted_router_keeps_the_trace_it_recorded_before(tmp_path: Path) -> None:
+    """``--record`` with a path that holds a trace: the old one is renamed beside it, not
+    truncated (a router restarted with the same options used to erase its recording)."""
+    trace = tmp_path / "trace.jsonl"
+
+    async def one_run(client: str) -> None:
+        async with sim_router(trace_path=str(trace)) as (_, session, _):
+            await post(
+                session, "/v1/chat/completions", chat(), headers={"X-Fairserve-Client": client}
+            )
+
+    run(one_run("first"))
+    run(one_run("second"))
+    run(one_run("third"))
+    clients = {
+        path.name: [json.loads(line).get("client") for line in path.read_text().splitlines()]
+        for path in sorted(tmp_path.iterdir())
+    }
+    assert clients == {
+        "trace.jsonl": [None, "third"],
+        "trace.jsonl.1": [None, "first"],
+        "trace.jsonl.2": [None, "second"],
+    }

@@ -18,7 +18,6 @@ import gc
 import logging
 import time
 from collections.abc import Collection
-from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
@@ -44,7 +43,7 @@ from fairserve.router.upstream import Upstream, every
 from fairserve.sched.dispatch.base import Dispatcher
 from fairserve.sched.local.base import local_policy_class
 from fairserve.sched.registry import load_all, make_dispatcher
-from fairserve.workloads.trace import TraceWriter
+from fairserve.workloads.trace import TraceWriter, open_for_recording
 
 log = logging.getLogger("fairserve.router")
 
@@ -182,7 +181,11 @@ class Router:
         )
         self.pushes.start(self.session, self.health.start(self.session))
         if cfg.trace_path is not None:
-            self._trace_file = Path(cfg.trace_path).open("w", encoding="utf-8")  # noqa: SIM115
+            self._trace_file, kept = open_for_recording(cfg.trace_path)
+            if kept is not None:
+                log.warning(
+                    "--record: the previous trace at %s is kept as %s", cfg.trace_path, kept
+                )
             self.trace = TraceWriter(self._trace_file)
             self._trace_feed = TraceFeed(self.trace, self.started_s)
             self.lifecycle.subscribe(self._trace_feed)

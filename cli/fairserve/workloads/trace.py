@@ -57,6 +57,21 @@ def prefix_hashes(prompt_key: bytes, block_tokens: int = DEFAULT_BLOCK_TOKENS) -
     return hashes
 
 
+def open_for_recording(path: str | Path) -> tuple[TextIO, Path | None]:
+    """Open ``path`` for a new trace, keeping what a previous recording left there: a
+    non-empty file is first renamed beside it (``NAME.1``, ``NAME.2``, ... the first free
+    one), since a router restarted with the same ``--record`` must not erase the traffic it
+    recorded before. Returns the stream and where the old trace went (None: nothing kept)."""
+    target = Path(path)
+    kept: Path | None = None
+    if target.is_file() and target.stat().st_size > 0:
+        n = 1
+        while target.with_name(f"{target.name}.{n}").exists():
+            n += 1
+        kept = target.rename(target.with_name(f"{target.name}.{n}"))
+    return target.open("w", encoding="utf-8"), kept
+
+
 class TraceWriter:
     """Writes a trace to an open text stream, one request per ``write``."""
 
