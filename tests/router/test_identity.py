@@ -68,6 +68,31 @@ def test_a_clients_file_requires_an_api_key(lean_front: bool) -> None:
 
 
 @PATHS
+def test_an_unauthenticated_client_learns_nothing_of_its_body(lean_front: bool) -> None:
+    """With a clients file, a request without a valid key is refused (401) before its body
+    is read: a malformed or invalid body gets the same answer as a good one, and a keyed
+    client still gets the body's 400."""
+
+    async def body() -> None:
+        overrides: dict[str, Any] = {"clients": KEYS, "weights": WEIGHTS, "lean_front": lean_front}
+        async with sim_router(1, **overrides) as (_, session, _):
+            bad_bodies = (b"{not json", b'{"model": "m", "messages": 5}', b"\xff\xfe")
+            for raw in bad_bodies:
+                for headers, text in (
+                    ({}, "API key required"),
+                    ({"Authorization": "Bearer nope"}, "unknown API key"),
+                ):
+                    sent = {"Content-Type": "application/json", **headers}
+                    async with session.post("/v1/chat/completions", data=raw, headers=sent) as r:
+                        _error(401, await r.json(content_type=None), text)
+                sent = {"Content-Type": "application/json", **ALICE_KEY}
+                async with session.post("/v1/chat/completions", data=raw, headers=sent) as r:
+                    assert r.status == 400, raw
+
+    run(body())
+
+
+@PATHS
 def test_a_trusted_header_never_claims_a_keyed_client(lean_front: bool) -> None:
     async def body() -> None:
         overrides: dict[str, Any] = {"clients": KEYS, "weights": WEIGHTS, "lean_front": lean_front}

@@ -39,7 +39,13 @@ from fairserve.core.openai_api import (
 )
 from fairserve.core.types import Request
 from fairserve.router import proxy
-from fairserve.router.identity import application, check_client_name, identify, upstream_rid
+from fairserve.router.identity import (
+    application,
+    authenticate,
+    check_client_name,
+    claimed_client,
+    upstream_rid,
+)
 from fairserve.router.lifecycle import Call
 from fairserve.router.metrics import CONTENT_TYPE
 from fairserve.router.service import Router
@@ -150,9 +156,10 @@ def prepare_call(router: Router, route: Route, headers: Mapping[str, str], raw: 
 
     Shared by the aiohttp handlers and the lean front (``front.py``), so both refuse,
     identify and account alike. Raises :class:`ApiError` for what the client must fix."""
-    body = parse_json(raw)
     config = router.config
-    client = identify(headers, body, config.clients, config.trust_identity_header)
+    keyed = authenticate(headers, config.clients, config.trust_identity_header)
+    body = parse_json(raw)
+    client = keyed if keyed is not None else claimed_client(headers, body, config.clients)
     app = application(headers)
     spec = PARSERS[route](body, headers)
     router.check_model(spec.model)

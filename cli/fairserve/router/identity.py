@@ -64,8 +64,20 @@ def identify(
     """The client a request is charged to. Raises 401 for a missing key (``api-key``
     mode) or an unknown one, 403 for a name claiming a keyed client, 400 for a bad
     header or ``user`` value."""
+    keyed = authenticate(headers, keys, trust_header)
+    return keyed if keyed is not None else claimed_client(headers, body, keys)
+
+
+def authenticate(
+    headers: Mapping[str, str], keys: Mapping[str, ClientEntry], trust_header: bool = False
+) -> str | None:
+    """The keyed client a request's API key names, from its head alone, so a request is
+    refused (401: no key in ``api-key`` mode, or an unknown key) before its body is read
+    and an unauthenticated client learns nothing of how its body would be judged. None
+    where the name comes from the request (no clients file, or a trusted header without a
+    key: :func:`claimed_client`)."""
     if not keys:
-        return _claimed(headers, body)
+        return None
     token = bearer_token(headers)
     if token is not None:
         entry = keys.get(token)
@@ -83,8 +95,16 @@ def identify(
             "router's clients file",
             code="invalid_api_key",
         )
+    return None
+
+
+def claimed_client(
+    headers: Mapping[str, str], body: Mapping[str, Any], keys: Mapping[str, ClientEntry]
+) -> str:
+    """The name a request without an API key gives itself; 403 where it names a keyed
+    client (only its key may act as it)."""
     name = _claimed(headers, body)
-    if any(entry.name == name for entry in keys.values()):
+    if keys and any(entry.name == name for entry in keys.values()):
         raise ApiError(
             403,
             f"client {name!r} is a client of the clients file: send its API key to act as it",
