@@ -15,7 +15,6 @@ question skipped one the reference asked and had refused without looking.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pytest
@@ -55,6 +54,7 @@ class Memory:
     asked: list[str] = field(default_factory=list)
     refused_ids: set[str] = field(default_factory=set)
     predicted: int = 0
+    admitted: set[Request] = field(default_factory=set)
 
     # ------------------------------------------------------------ Refusals
     @property
@@ -67,14 +67,10 @@ class Memory:
             return NEVER
         return min(self.refused_claim, self.free + 1) if self.by_headroom else self.refused_claim
 
-    def floor(self, clients: Collection[str] | None = None) -> int:
-        asked = set(self.asked)
-        left = [
-            c
-            for r, c in self.claims.items()
-            if r.id not in asked and (clients is None or r.client in clients)
-        ]
-        return min(left, default=-1 if clients is None else NEVER)
+    @property
+    def floor(self) -> int:
+        left = [c for r, c in self.claims.items() if r not in self.admitted]
+        return min(left, default=-1)
 
     def refused(self, count: int) -> None:
         self.predicted += count
@@ -94,6 +90,7 @@ class Memory:
             return NO_FIT
         self.free -= claim
         self.budget -= claim
+        self.admitted.add(req)
         return FIT
 
 

@@ -72,37 +72,37 @@ CASES: dict[str, tuple[Callable[[], Workload], SimConfig, str]] = {
     "chunked-sarathi": (
         lambda: resolve_workload("tot-s1"),
         _config(60_000, max_batch_tokens=300),
-        "e91f3a6ebced0ed3",
+        "0154397806d9e6f7",
     ),
     "chunked-orca": (
         lambda: resolve_workload("tot-s1"),
         _config(60_000, max_batch_tokens=300, batching="orca"),
-        "1df0af792eb2af35",
+        "803896fffdbae9db",
     ),
     "vtc-one-worker-retracting": (
         lambda: resolve_workload("vtc-poisson-short-long"),
         _config(30_000, workers=1, policy="vtc", reserve_output_ratio=0.2),
-        "91264ae4ec1e7eef",
+        "32c87bc865db8c9c",
     ),
     "vtc-client-rr": (
         lambda: resolve_workload("vtc-constant"),
         _config(60_000, policy="vtc", dispatch="client-rr"),
-        "7a18f89b94e0690e",
+        "54eb40bfd7067714",
     ),
     "fcfs-step-by-step": (
         lambda: resolve_workload("vtc-constant"),
         _config(60_000, policy="fcfs", dispatch="least-load", fuse_decode=False),
-        "3adc604699e6e92c",
+        "f02216ed2046f86b",
     ),
     "dlpm-retracting": (
         lambda: resolve_workload("tot-s1"),
         _config(40_000, reserve_output_ratio=0.3),
-        "0f8293dda6861b82",
+        "5b25489b393211a0",
     ),
     "vllm-v0": (
         lambda: resolve_workload("vtc-constant"),
         _config(60_000, batching="vllm-v0", policy="vtc"),
-        "a5ac41d90b977b52",
+        "236fc3de5ed1a335",
     ),
     "fastertransformer": (
         lambda: resolve_workload("vtc-constant"),
@@ -117,7 +117,7 @@ CASES: dict[str, tuple[Callable[[], Workload], SimConfig, str]] = {
     "lcf-chat-drained": (
         lambda: resolve_workload("multi-turn-chat"),
         _config(50_000, policy="lcf", drain=True),
-        "6a043c46986e7968",
+        "df2b7bcc76c26e08",
     ),
     "max-running": (
         lambda: resolve_workload("long-qa-s1"),

@@ -9,7 +9,7 @@ batch through their methods and starts the slots it admits in the running batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from math import ceil
 from typing import Protocol
 
@@ -17,7 +17,7 @@ from fairserve.core.types import TOKEN_BYTES, Request
 from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
 from fairserve.sim.engine_types import EngineConfig, EngineStats
 from fairserve.sim.kvpool import KVPool, Slot
-from fairserve.sim.match_feed import Aside, FeedMatchLen, MatchFeed
+from fairserve.sim.match_feed import FeedMatchLen, MatchFeed
 from fairserve.sim.waiting import WaitingQueue
 
 
@@ -39,15 +39,13 @@ NEVER = 1 << 62
 
 class PredictedRefusals:
     """The refusals a batch formation can give without being asked
-    (:class:`~fairserve.sched.local.dlpm_pass.Refusals`): a held request whose claim is
-    above the headroom or at or above the smallest claim refused so far, or any held
-    request once the running cap is reached, is refused without touching the tree (the
-    answer's own shortcuts). Under overload that is nearly every waiting request, so a
-    decision that reads this skips hundreds of questions per step and, once the headroom is
-    below every claim it could still ask about (:meth:`floor`), the rest of its walk; the
-    records stay the same (``tests/sim/test_predicted_refusals.py``)."""
+    (:class:`~fairserve.sched.local.dlpm_pass.Refusals`): a held request whose claim is at
+    or above the smallest claim refused so far, or any held request once the running cap
+    is reached, is refused without touching the tree (the answer's own shortcuts). Under
+    overload that is nearly every request the fill offers, so a decision that reads this
+    skips thousands of questions per step; the records stay the same."""
 
-    __slots__ = ("_aside", "_batch", "_feed", "_match_len", "_waiting", "asked", "limit")
+    __slots__ = ("_batch", "_feed", "_match_len", "_waiting", "admitted", "limit")
 
     def __init__(
         self, match_len: FeedMatchLen, feed: MatchFeed, batch: Batch, waiting: WaitingQueue
@@ -56,9 +54,8 @@ class PredictedRefusals:
         self._feed = feed
         self._batch = batch
         self._waiting = waiting
-        self.asked: set[Request] = set()
-        """Asked about in this decision: admitted, or refused (a decision asks once)."""
-        self._aside: list[Aside] = []
+        self.admitted: set[Request] = set()
+        """Admitted in this decision (still held until the decision ends)."""
         self.limit = NEVER
         """Claims at or above this are refused (kept current by the batch formation)."""
 
@@ -68,28 +65,17 @@ class PredictedRefusals:
         moved matches (None before: no prediction)."""
         return self._match_len.needs
 
-    def floor(self, clients: Collection[str] | None = None) -> int:
-        """The smallest claim of a waiting request of ``clients`` (None: of any) not asked
-        about in this decision yet, when every waiting request is held (the feed holds only
-        waiting requests, so then it holds as many as wait); -1 otherwise. Once
-        :attr:`limit` is at or below it, every such request would be refused."""
+    @property
+    def floor(self) -> int:
+        """The smallest claim of a request still waiting and not admitted in this decision,
+        when every waiting request is held (the feed holds only waiting requests, so then
+        it holds as many as wait); -1 otherwise. Once :attr:`limit` is at or below it,
+        every request left would be refused."""
         needs = self._match_len.needs
         if not needs or len(needs) != len(self._waiting):
             return -1
-        smallest, asked, aside = self._feed.smallest_need, self.asked, self._aside
-        if clients is None:
-            found = smallest(None, asked, aside)
-            return -1 if found is None else found
-        least = NEVER
-        for client in clients:
-            found = smallest(client, asked, aside)
-            if found is not None and found < least:
-                least = found
-        return least
-
-    def end(self) -> None:
-        """The decision is over: the feed's smallest-need order is whole again."""
-        self._feed.restore(self._aside)
+        smallest = self._feed.smallest_need(self.admitted)
+        return -1 if smallest is None else smallest
 
     def refused(self, count: int) -> None:
         """Counted beside the refusals the answer recorded (:meth:`Batch.refused_all`)."""
@@ -141,10 +127,6 @@ class Batch:
 
 class BatchFormer:
     """Forms one step's batch from the running prefills and the waiting queue."""
-
-    predict_refusals = True
-    """Offer the policy :class:`PredictedRefusals` (False: every question is asked; the
-    records are the same, ``tests/sim/test_predicted_refusals.py``)."""
 
     def __init__(
         self,
@@ -229,13 +211,7 @@ class BatchFormer:
         # refused with one look-up (the refusal below, without recomputing it).
         settled = chunked and ratio == pool.base_ratio
         refuse = batch.refused.add
-        # A claim above the headroom is refused before any lock (SGLang's ``add_one_req``
-        # checks a request's own tokens against ``rem_total_tokens`` before it locks):
-        # no probe, so the refused request's prefix is not refreshed in the LRU order.
-        headroom = [pool.admission_headroom()]  # changes only with an admission
-        predicted = None
-        if settled and self.predict_refusals:
-            predicted = PredictedRefusals(match_len, self.matches, batch, waiting)
+        predicted = PredictedRefusals(match_len, self.matches, batch, waiting) if settled else None
         match_len.refusals = predicted
 
         def relimit() -> None:
@@ -248,11 +224,9 @@ class BatchFormer:
             elif cap is not None and len(running) >= cap:
                 predicted.limit = 0  # every held request is refused without a lock
             else:
-                predicted.limit = min(refused_need[0], headroom[0] + 1)
+                predicted.limit = refused_need[0]
 
         def answer(req: Request) -> Answer:
-            if predicted is not None:
-                predicted.asked.add(req)
             budget = batch.budget_tokens
             if budget <= 0 and (chunked or budget < 0):
                 # Nothing fits the step's token budget any more (a non-chunked batch below
@@ -277,12 +251,7 @@ class BatchFormer:
             if not chunked and extend > budget and batch.chunks:
                 return NO_FIT  # the budget frees up next step: not a memory refusal
             slot = None
-            claim = extend + reserve
-            if (
-                claim < refused_need[0]
-                and claim <= headroom[0]
-                and (cap is None or len(running) < cap)
-            ):
+            if extend + reserve < refused_need[0] and (cap is None or len(running) < cap):
                 slot = pool.try_admit(req, waiting.output_key(req))
                 if slot is None:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
@@ -291,15 +260,14 @@ class BatchFormer:
                 batch.refused.add(id(req))
                 return EXHAUSTED if refused_need[0] <= floor_need else NO_FIT
             self._start(slot, batch, now_s, chunked)
-            headroom[0] = pool.admission_headroom()
+            if predicted is not None:
+                predicted.admitted.add(req)
             relimit()
             return FIT
 
         relimit()
         decision = self.policy.decide(waiting.requests(), match_len, now_s)
         admitted = answer_all(decision, answer)
-        if predicted is not None:
-            predicted.end()
         waiting.remove_all(admitted)
         left = self.matches.left
         for req in admitted:

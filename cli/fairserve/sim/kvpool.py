@@ -168,12 +168,8 @@ class KVPool:
         """Lock the request's cached prefix and claim its memory, or claim nothing.
 
         Locking makes the matched prefix unevictable, so the claim counts those tokens too
-        when they were not locked already. A refusal here still refreshes the matched
-        prefix in the LRU order, as a lock and unlock of it do (the tree's probe: one
-        walk). The batch formation calls this only for a request whose own claim (prompt
-        past its match, output so far, reservation) fits :meth:`admission_headroom`: one
-        that does not is refused before any lock, as SGLang's ``add_one_req`` checks a
-        request's tokens against ``rem_total_tokens`` before it locks."""
+        when they were not locked already. A refusal still refreshes the matched prefix in
+        the LRU order, as SGLang's lock and unlock of it do (the tree's probe: one walk)."""
         tree = self.tree
         key = req.prompt_key
         node, matched, fresh = tree.probe_lock(key)

@@ -29,11 +29,6 @@ from fairserve.core.radix_node import Ticket
 from fairserve.core.types import TOKEN_BYTES, Request
 from fairserve.sched.local.dlpm_pass import Refusals
 
-NeedEntry = tuple[int, int, Request]
-"""``(need, serial, request)`` in the feed's smallest-need heaps."""
-Aside = tuple[str | None, NeedEntry]
-"""An entry set aside during a decision, with the heap it came from."""
-
 
 class FeedMatchLen:
     """One decision's ``match_len``: callable, with ``moved`` (see the module docstring)."""
@@ -78,8 +73,7 @@ class MatchFeed:
         "_base_ratio",
         "_by_ticket",
         "_kept",
-        "_need_entries",
-        "_need_heaps",
+        "_need_heap",
         "_pending",
         "_pushed",
         "_tickets",
@@ -113,12 +107,9 @@ class MatchFeed:
         """The tree could not list its revocations: any match may have moved."""
         self._untracked: list[Request] = []
         """Held without a ticket (the tree kept none): dropped at the next decision."""
-        self._need_heaps: dict[str | None, list[NeedEntry]] = {None: []}
-        """``(need, serial, request)`` for every held request's :attr:`needs` entry, all
-        (key None) and per client, and entries gone stale (the request left, or holds
-        another need), dropped lazily."""
-        self._need_entries = 0
-        """Entries pushed since the heaps were last rebuilt from :attr:`needs` alone."""
+        self._need_heap: list[tuple[int, int, Request]] = []
+        """``(need, serial, request)`` for every held request's :attr:`needs` entry, and
+        entries gone stale (the request left, or holds another need), dropped lazily."""
         self._pushed = 0
 
     def begin(self) -> FeedMatchLen:
@@ -198,17 +189,11 @@ class MatchFeed:
         reserve = ceil(self._base_ratio * remaining) if remaining > 0 else 0
         need = self.needs[req] = len(key) // TOKEN_BYTES - cached + req.output_tokens + reserve
         self._pushed += 1
-        entry = (need, self._pushed, req)
-        heaps = self._need_heaps
-        heapq.heappush(heaps[None], entry)
-        own = heaps.get(req.client)
-        if own is None:
-            heaps[req.client] = [entry]
-        else:
-            heapq.heappush(own, entry)
-        self._need_entries += 1
-        if self._need_entries > 2 * len(self.needs) + 64:  # mostly stale: rebuild
-            self._rebuild_needs()
+        heap = self._need_heap
+        heapq.heappush(heap, (need, self._pushed, req))
+        if len(heap) > 2 * len(self.needs) + 64:  # mostly stale: rebuild from the held
+            heap[:] = [(n, i, r) for i, (r, n) in enumerate(self.needs.items())]
+            heapq.heapify(heap)
         self._tickets[req] = ticket
         if ticket is not None:
             holders = self._by_ticket.get(ticket)
@@ -218,48 +203,17 @@ class MatchFeed:
                 holders[req] = None
         return cached
 
-    def smallest_need(
-        self, client: str | None, excluded: Container[Request], aside: list[Aside]
-    ) -> int | None:
-        """The smallest :attr:`needs` entry of a request of ``client`` (None: of any) not
-        in ``excluded``; None when there is none. Amortised O(log n): stale entries are
-        dropped from the heap as they surface, and those of ``excluded`` moved to
-        ``aside`` (put them back with :meth:`restore` before the next decision)."""
-        heap = self._need_heaps.get(client)
-        needs = self.needs
+    def smallest_need(self, leaving: Container[Request] = ()) -> int | None:
+        """The smallest :attr:`needs` entry, those of ``leaving`` (about to leave the queue)
+        left out; None when nothing else is held. Amortised O(log n): stale entries are
+        dropped from the heap as they surface, and so are those of ``leaving``."""
+        heap, needs = self._need_heap, self.needs
         while heap:
             need, _serial, req = heap[0]
-            if needs.get(req) == need:
-                if req not in excluded:
-                    return need
-                aside.append((client, heapq.heappop(heap)))
-            else:
-                heapq.heappop(heap)
-        if heap is not None and client is not None and not heap:
-            del self._need_heaps[client]
+            if needs.get(req) == need and req not in leaving:
+                return need
+            heapq.heappop(heap)
         return None
-
-    def restore(self, aside: list[Aside]) -> None:
-        """Put back the entries :meth:`smallest_need` set aside."""
-        heaps = self._need_heaps
-        for client, entry in aside:
-            heap = heaps.get(client)
-            if heap is None:
-                heaps[client] = [entry]
-            else:
-                heapq.heappush(heap, entry)
-        aside.clear()
-
-    def _rebuild_needs(self) -> None:
-        """The heaps from the held requests alone (most entries had gone stale)."""
-        entries = [(n, i, r) for i, (r, n) in enumerate(self.needs.items())]
-        heaps: dict[str | None, list[NeedEntry]] = {None: entries}
-        for entry in entries:
-            heaps.setdefault(entry[2].client, []).append(entry)
-        for heap in heaps.values():
-            heapq.heapify(heap)
-        self._need_heaps = heaps
-        self._need_entries = len(entries)
 
     def read_unheld(self, req: Request) -> int:
         """The match of ``req`` in the tree now (the cache's ``cached_prefix``), not held."""

@@ -61,12 +61,8 @@ matches moved (``moved()``, :data:`~fairserve.sched.local.lpm_index.MovedMatches
 simulator's :mod:`~fairserve.sim.match_feed`) is asked only about those and the arrivals.
 What stays O(waiting) per decision: the walks and the fill, one Python step per request,
 and, unless the host answers ``EXHAUSTED``, one question per request that the deficits
-let through (under overload nearly every waiting request, most refused at once). A host
-whose ``match_len`` carries :class:`~fairserve.sched.local.dlpm_pass.Refusals` (the
-simulator) is not asked the questions it would refuse without a lock, and once its
-refusal limit is at or below the smallest need still askable the rest of the decision is
-settled without visiting it; what remains is one Python step per request visited before
-the last question. Figures, matching included, in ``tests/perf``
+let through (under overload nearly every waiting request, most refused at once: the fill
+offers every skipped request). Figures, matching included, in ``tests/perf``
 (``bench_sched.py --only select``).
 """
 

@@ -27,8 +27,7 @@ same answers, same admissions: the host's side is a refusal without side effects
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
-from itertools import chain
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from operator import attrgetter, length_hint
 from typing import Protocol
 
@@ -64,10 +63,10 @@ class Refusals(Protocol):
         """Needs at or above this are refused (the host keeps it current after answers)."""
         ...
 
-    def floor(self, clients: Collection[str] | None = None) -> int:
-        """A need no waiting request of ``clients`` (None: of any client) that the
-        decision has not asked about yet is below, when :attr:`needs` holds every waiting
-        request (-1 otherwise)."""
+    @property
+    def floor(self) -> int:
+        """A need no request still waiting and not admitted in this decision is below,
+        when :attr:`needs` holds every waiting request (-1 otherwise)."""
         ...
 
     def refused(self, count: int) -> None:
@@ -81,9 +80,7 @@ class _NoRefusals:
 
     needs: Mapping[Request, int] | None = None
     limit = 0
-
-    def floor(self, clients: Collection[str] | None = None) -> int:
-        return -1
+    floor = -1
 
     def refused(self, count: int) -> None:
         raise AssertionError("nothing is predicted refused without a host's Refusals")
@@ -126,9 +123,9 @@ class DecisionState:
         needs = None if refusals is None else refusals.needs
         self.refusals: Refusals = _NO_REFUSALS if needs is None else refusals  # type: ignore[assignment]
         self._need_of: Callable[[Request], int | None] = (_NO_NEEDS if needs is None else needs).get
-        self._settles = self.refusals is not _NO_REFUSALS
+        self._settles = fill and self.refusals is not _NO_REFUSALS
         """Whether the decision may end once the host's limit is at or below its floor:
-        nothing more would be asked, so what is left is known at once."""
+        nothing more would be asked, and the fill refuses whatever is left."""
         self.credit_blocked = False
         self.exhausted = False
         """The host answered ``EXHAUSTED``: its budget is spent, nothing more is asked."""
@@ -151,7 +148,7 @@ class DecisionState:
         order = self.order
         candidates = order if isinstance(order, list) else list(order)  # exact length hints
         if self._settled():  # nothing will be asked at all
-            refusals.refused(self._unasked(iter(candidates), []))
+            refusals.refused(self._unasked(len(candidates), 0))
             return
         while candidates:  # one walk, lines 18-25, per round (inline: a walk is the hot loop)
             skipped: list[Request] = []
@@ -180,7 +177,7 @@ class DecisionState:
                     self.exhausted = True
                     break
                 if self._settles and self._settled():  # nothing more will be asked
-                    refused += self._unasked(walk, skipped)
+                    refused += self._unasked(length_hint(walk), len(skipped))
                     refusals.refused(refused)
                     return
             candidates = skipped  # the next walk visits the requests skipped for deficit
@@ -198,44 +195,27 @@ class DecisionState:
             refusals.refused(refused)
 
     def _settled(self) -> bool:
-        """Nothing more will be asked: every request left would be refused unasked.
-
-        With the fill on, any request left may still be asked. Without it only those of
-        clients holding credit may: no admission, no refill (someone queued has credit),
-        so the walks ask no one else (with nobody holding credit, a refill is due first:
-        not settled yet)."""
+        """Nothing more will be asked: every request left would be refused unasked."""
         if not self._settles:
             return False
         refusals = self.refusals
-        if self.fill:
-            return refusals.limit <= refusals.floor(None)
-        return bool(self.positive) and refusals.limit <= refusals.floor(self.positive)
+        return refusals.limit <= refusals.floor
 
-    def _unasked(self, rest: Iterator[Request], skipped: list[Request]) -> int:
+    def _unasked(self, rest: int, skipped: int) -> int:
         """The rest of a decision in which nothing more will be asked (every request left
-        would be predicted refused): ``rest``, the requests not yet visited in the current
-        walk, ``skipped``, those it skipped for deficit so far. Returns how many requests
-        are refused without a question.
+        would be predicted refused), the fill on: ``rest`` requests not yet visited in the
+        current walk, ``skipped`` skipped for deficit in it. Returns how many requests are
+        refused without a question (all of them).
 
         What the walks would still do: at a request whose client has ``q <= 0`` with nobody
         queued holding credit, CHECKREFILL — the next one visited (this walk's rest, or the
         next walk over its skipped requests, which follows since this walk made progress)
         — once: afterwards someone queued has credit, and without admissions it keeps it.
-        Every other visit is a refusal (client with credit) or a skip; a later walk visits
-        the skipped ones again only after a refill in this walk. The fill, when on, refuses
-        every request still skipped; when off, those stay unasked."""
-        left = list(rest)
-        positive = self.positive
-        refill = not positive and bool(left or skipped)
-        if refill:
+        Every other visit is a refusal or a skip, and the fill refuses all that is left."""
+        if not self.positive and (rest or skipped):
             self._check_refill()
-        self.credit_blocked = bool(positive)
-        everything = len(left) + len(skipped)
-        if self.fill:
-            return everything
-        # Refused: those whose client holds credit now. A skipped request's client had
-        # q <= 0 then and, unless a refill came since (which a next walk follows), still has.
-        return sum(map(positive.__contains__, map(_CLIENT, chain(skipped, left))))
+        self.credit_blocked = bool(self.positive)
+        return rest + skipped
 
     def _fill(
         self, candidates: Sequence[Request], admit: Callable[[Request], None]
