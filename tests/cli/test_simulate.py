@@ -398,3 +398,22 @@ def test_reports_are_finite_json(capsys: pytest.CaptureFixture[str]) -> None:
             stack.extend(item)
         elif isinstance(item, float):
             assert math.isfinite(item)
+
+
+def test_simulate_predicts_the_workers_launch_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    """``simulate`` runs its workers with the running bound ``launch``'s workers use (the
+    profile's default, :func:`fairserve.sim.running_bound.default_running_requests`), so what it
+    predicts is what the service does. Unbounded, the README's showcase workload finished
+    nothing in 20 s (every request in one batch of steps seconds long) while the live
+    workers finished ~20 requests a second."""
+    from fairserve.sim.profile import resolve_profile
+    from fairserve.worker.config import WorkerConfig
+
+    profile = resolve_profile(DEFAULT_PROFILE)
+    bound = WorkerConfig(profile=profile).engine_config().max_running_requests
+    code, out, err = simulate(capsys, "--workload", "vtc-constant", "--duration", "20", "--json")
+    assert code == ExitCode.OK, err
+    data = json.loads(out)
+    finished = sum(c["requests"] for c in data["clients"].values())
+    assert finished >= 200, data["clients"]
+    assert data["max_running_requests"] == bound

@@ -3,7 +3,7 @@
 Before, the worker admitted everything its KV pool held: at 4x overload the running batch
 grew without bound, every decode step got slower, and for the length of a benchmark almost
 nothing finished (``max_running_requests = 233645``). Now it bounds the running batch
-(:func:`fairserve.worker.config.max_running_requests`) and the rest waits, so requests
+(:func:`fairserve.sim.running_bound.default_running_requests`) and the rest waits, so requests
 finish one bounded-batch latency after the overload starts and then at the rate of a full
 batch. The test runs the real ``fairserve worker`` and an open-loop client at 4x that rate,
 and reads the worker's own counters (finished requests, simulated time) so that a slow
@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from fairserve.sim.profile import profile_from_toml
-from fairserve.worker.config import max_running_requests
+from fairserve.sim.running_bound import default_running_requests as max_running_requests
 from tests.cli.conftest import RunCli
 from tests.fakes.profiles import synthetic_profile_toml
 from tests.worker.processes import free_port, wait_http_ok

@@ -6,15 +6,14 @@ import pytest
 
 from fairserve.core.errors import ConfigError, UnknownNameError
 from fairserve.sim.profile import DEFAULT_PROFILE, Profile, resolve_profile, shipped_profiles
-from fairserve.worker.config import (
+from fairserve.sim.running_bound import (
     FULL_STEP_FACTOR,
     MAX_RUNNING_REQUESTS,
     MIN_RUNNING_REQUESTS,
     STEP_TOKENS_PER_REQUEST,
-    build_engine,
-    max_running_requests,
-    parse_params,
 )
+from fairserve.sim.running_bound import default_running_requests as max_running_requests
+from fairserve.worker.config import build_engine, parse_params
 from tests.worker.helpers import make_config
 
 

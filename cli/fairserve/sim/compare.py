@@ -29,6 +29,7 @@ from fairserve.sim.engine import DEFAULT_BATCHING
 from fairserve.sim.profile import Profile
 from fairserve.sim.recorder import SimResult
 from fairserve.sim.report import build_report
+from fairserve.sim.running_bound import default_running_requests
 from fairserve.workloads.model import Workload
 
 PAIR_SYNTAX = "POLICY or POLICY/DISPATCH, separated by commas"
@@ -144,6 +145,13 @@ class Bench:
     seed: int | None = None
     """None: the workload's own seed."""
     drain: bool = False
+    max_running_requests: int | None = None
+    """None: the bound ``launch``'s workers take (:mod:`~fairserve.sim.running_bound`),
+    so the prediction runs the batch the service runs."""
+
+    @property
+    def running_bound(self) -> int:
+        return self.max_running_requests or default_running_requests(self.profile)
 
     @property
     def seed_used(self) -> int:
@@ -189,7 +197,9 @@ class Bench:
         make_local_policy(spec.policy, **q)
         make_dispatcher(spec.dispatch, ["w0"], **qw)
         return SimConfig(
-            engine=self.profile.engine_config(self.batching),
+            engine=self.profile.engine_config(
+                self.batching, max_running_requests=self.running_bound
+            ),
             time_model=self.profile.batch_time(),
             policy=spec.policy,
             dispatch=spec.dispatch,
@@ -216,6 +226,7 @@ class Bench:
             "worker_count": self.workers,
             "profile": self.profile.name,
             "batching": self.batching,
+            "max_running_requests": self.running_bound,
             "seed": self.seed_used,
             "drain": self.drain,
             "quantum": _effective(policy_params, "quantum", config.quantum),
