@@ -65,8 +65,9 @@ def scanning_evict_lru(tree: RadixTree, owner: Owner, max_tokens: int) -> list[b
 class ScanningTree(RadixTree):
     """Reference: every owner bound scans the owner's whole subtree."""
 
-    def evict_owner_lru(self, owner: Owner, max_tokens: int) -> list[bytes]:
-        return scanning_evict_lru(self, owner, max_tokens)
+    def evict_owner_lru(self, owner: Owner, max_tokens: int, *, keys: bool = True) -> list[bytes]:
+        removed = scanning_evict_lru(self, owner, max_tokens)
+        return removed if keys else []
 
 
 Shape = list[tuple[bytes, frozenset[Owner], int, int]]
