@@ -31,6 +31,7 @@ HELP_TEXT = """\
 
 [b]Workers[/b]
   run/queue running / waiting requests as the worker reports them
+  hit total cached share of the worker's prompt tokens since it started
   KV        share of the KV cache in use; tok/s prompt + output tokens
   GPU       the local GPU it runs on (n/a: none seen by NVML here)
 
@@ -38,6 +39,7 @@ HELP_TEXT = """\
   Jain      Jain's index of weighted ("wtd": divided by weight) service
             rates over the last window (top --window); each client is
             judged over its own active time in the window (1 = equal)
+  cache hit cached share of the prompt tokens over the last polls (as tok/s)
   load      tokens computed per second over the workers' capacity
   gap       largest weighted service gap between continuously backlogged
             clients in the window, in service units ("su": w_e·input +

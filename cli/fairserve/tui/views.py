@@ -34,7 +34,7 @@ WORKER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("worker", "worker"),
     ("health", "health"),
     ("load", "run/queue"),
-    ("hit", "cache hit"),
+    ("hit", "hit total"),
     ("kv", "KV"),
     ("tokens", "tok/s"),
     ("gpu", "GPU"),
