@@ -102,6 +102,10 @@ def test_detach_serve_restart_stop(run_cli: RunCli, env: dict[str, str], tmp_pat
 
         again = run_cli("launch", "--detach", "--port", "0", env=env)
         assert again.returncode == 1 and "already running" in again.stderr
+        assert "GPU" not in again.stderr, "the refusal comes before any plan notice"
+        foreground = run_cli("launch", "--port", "0", env=env)
+        assert foreground.returncode == 1 and "already running" in foreground.stderr
+        assert "GPU" not in foreground.stderr
 
         victim = workers[0]["pid"]
         psutil.Process(victim).kill()

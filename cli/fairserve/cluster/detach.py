@@ -42,12 +42,7 @@ class SupervisorFailed(FairserveError):
 
 def start_detached(options: LaunchOptions) -> RunInfo:
     """Spawn the background supervisor and return its run file once the router answers."""
-    running = runfile.live_run()
-    if running is not None:
-        raise FairserveError(
-            f"fairserve is already running (router {running.router_url}); "
-            "stop it with: fairserve stop"
-        )
+    runfile.refuse_if_running()
     run_dir = new_run_dir()
     options.save(run_dir / OPTIONS_FILE)
     log_path = run_dir / "supervisor.log"

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from fairserve.cluster import runfile
 from fairserve.cluster.options import LaunchOptions
 from fairserve.cluster.paths import new_run_dir
 from fairserve.cluster.plan import LaunchPlan, build_plan
@@ -24,6 +25,7 @@ OPTIONS_FILE = "launch.json"
 
 def run_foreground(options: LaunchOptions, note: Callable[[str], None]) -> None:
     """``fairserve launch``: validate, start, show status until Ctrl-C/SIGTERM, stop."""
+    runfile.refuse_if_running()
     plan = build_plan(options)
     if plan.notice:
         note(plan.notice)

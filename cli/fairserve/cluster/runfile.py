@@ -138,3 +138,15 @@ def live_run(path: Path | None = None) -> RunInfo | None:
         return None
     alive = same_process(info.supervisor_pid, info.supervisor_create_time)
     return info if alive is not None else None
+
+
+def refuse_if_running(path: Path | None = None) -> None:
+    """A second ``launch`` while one runs is an error, said before anything is planned:
+    checked first by the command (so no plan notice precedes it) and again by the
+    supervisor as it starts (a launch may have begun in between)."""
+    running = live_run(path)
+    if running is not None:
+        raise FairserveError(
+            f"fairserve is already running (supervisor pid {running.supervisor_pid}, "
+            f"router {running.router_url}); stop it with: fairserve stop"
+        )

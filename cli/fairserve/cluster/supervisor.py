@@ -31,7 +31,6 @@ from fairserve.cluster.plan import LaunchPlan
 from fairserve.cluster.runfile import RunInfo, WorkerEntry
 from fairserve.cluster.worker_spec import WorkerSpec
 from fairserve.cluster.workers import ManagedWorker, worker_env
-from fairserve.core.errors import FairserveError
 from fairserve.router.server import RouterServer
 from fairserve.router.state import snapshot
 
@@ -64,12 +63,7 @@ class Supervisor:
 
     async def start(self) -> RunInfo:
         """Bring everything up and write the run file; on failure nothing is left running."""
-        running = runfile.live_run()
-        if running is not None:
-            raise FairserveError(
-                f"fairserve is already running (supervisor pid {running.supervisor_pid}, "
-                f"router {running.router_url}); stop it with: fairserve stop"
-            )
+        runfile.refuse_if_running()
         try:
             config = self.plan.router
             if self.plan.ray is not None:

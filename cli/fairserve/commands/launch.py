@@ -225,7 +225,9 @@ def _detach(options: LaunchOptions, out: Output) -> None:
     """Validate here (errors print directly), then start the background supervisor."""
     from fairserve.cluster.detach import SupervisorFailed, start_detached
     from fairserve.cluster.plan import build_plan
+    from fairserve.cluster.runfile import refuse_if_running
 
+    refuse_if_running()
     plan = build_plan(options)
     if plan.notice:
         out.note(plan.notice)
