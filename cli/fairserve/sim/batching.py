@@ -268,6 +268,7 @@ class BatchFormer:
         relimit()
         decision = self.policy.decide(waiting.requests(), match_len, now_s)
         admitted = answer_all(decision, answer)
+        match_len.refusals = None  # the two refer to each other: no cycle outlives the step
         waiting.remove_all(admitted)
         left = self.matches.left
         for req in admitted:
