@@ -136,7 +136,12 @@ class RadixTree:
 
     # ------------------------------------------------------------------ updates
     def insert(
-        self, key: bytes, owner: Owner | None = None, *, from_lock: bytes | None = None
+        self,
+        key: bytes,
+        owner: Owner | None = None,
+        *,
+        from_lock: bytes | None = None,
+        new_key: bool = False,
     ) -> int:
         """Insert ``key``; with ``owner``, record that the owner caches all of it.
 
@@ -144,8 +149,14 @@ class RadixTree:
         node instead of the root (the same result: a request's cached prompt is locked, so
         caching prompt + output need not compare the prompt again).
 
+        ``new_key``: ``key`` is an object just built (a finished request's prompt + output),
+        not a waiting prompt whose kept match an insert drops: it is not looked up among the
+        kept matches, since hashing a long new key costs microseconds (~4 us for 17 KB). A
+        kept match of an equal key stays exact without that: the insert revokes it where it
+        changes the shape at its end, as for any other key.
+
         Returns the number of tokens newly added to the tree (not already present)."""
-        return self._insert(key, owner, from_lock)[1]
+        return self._insert(key, owner, from_lock, new_key)[1]
 
     def insert_locked(self, key: bytes, *, from_lock: bytes | None = None) -> int:
         """``insert(key)`` then ``lock(key)`` with a single walk down the tree (a prompt
@@ -155,7 +166,11 @@ class RadixTree:
         return added
 
     def _insert(
-        self, key: bytes, owner: Owner | None, from_lock: bytes | None = None
+        self,
+        key: bytes,
+        owner: Owner | None,
+        from_lock: bytes | None = None,
+        new_key: bool = False,
     ) -> tuple[Node, int]:
         """Insert; returns the node ending where ``key`` ends and the tokens added."""
         n = len(key)
@@ -164,7 +179,8 @@ class RadixTree:
         trie = self._trie
         if owner is None and n:
             trie.owned = False
-        trie.matches.forget(key)  # an inserted prompt no longer waits: keep nothing for it
+        if not new_key:
+            trie.matches.forget(key)  # an inserted prompt no longer waits: keep nothing for it
         self._tick += 1
         tick = self._tick
         node, pos, added = self._root, 0, 0
@@ -295,7 +311,12 @@ class RadixTree:
         key already holds a lock, ``unlock`` would release the shortest of its locks (the
         earlier request's), so a refused request's longer lock stayed; a released probe
         leaves the earlier lock alone and holds nothing."""
-        node, matched = self._lock_target(key)
+        ticket = self._kept.get(key)
+        if ticket is not None and ticket.valid and not ticket.shared:
+            node, matched = ticket.node, ticket.tokens  # _lock_target's common case, inline
+            assert node is not None  # a valid ticket names its node
+        else:
+            node, matched = self._lock_target(key)
         self._trie.owned = False
         self._tick += 1
         tick, root, fresh = self._tick, self._root, 0

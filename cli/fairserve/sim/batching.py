@@ -252,13 +252,14 @@ class BatchFormer:
                 return NO_FIT  # the budget frees up next step: not a memory refusal
             slot = None
             if extend + reserve < refused_need[0] and (cap is None or len(running) < cap):
-                slot = pool.try_admit(req, waiting.output_key(req))
+                slot = pool.try_admit(req, reserve=reserve)
                 if slot is None:
                     refused_need[0] = min(refused_need[0], pool.last_refused_claim)
                     relimit()
             if slot is None:
                 batch.refused.add(id(req))
                 return EXHAUSTED if refused_need[0] <= floor_need else NO_FIT
+            slot.output_key = waiting.output_key(req)  # read for an admission only
             self._start(slot, batch, now_s, chunked)
             if predicted is not None:
                 predicted.admitted.add(req)

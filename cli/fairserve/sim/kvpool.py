@@ -164,20 +164,27 @@ class KVPool:
         return math.ceil(self.reserve_output_ratio * remaining_tokens)
 
     # ---------------------------------------------------------------- admission
-    def try_admit(self, req: Request, output_key: bytes) -> Slot | None:
+    def try_admit(
+        self, req: Request, output_key: bytes = b"", reserve: int | None = None
+    ) -> Slot | None:
         """Lock the request's cached prefix and claim its memory, or claim nothing.
 
         Locking makes the matched prefix unevictable, so the claim counts those tokens too
         when they were not locked already. A refusal still refreshes the matched prefix in
-        the LRU order, as SGLang's lock and unlock of it do (the tree's probe: one walk)."""
+        the LRU order, as SGLang's lock and unlock of it do (the tree's probe: one walk).
+
+        ``reserve``: :meth:`reservation` of ``req``, where the caller computed it already
+        (a batch formation asks about many requests per step, most refused). A caller may
+        leave ``output_key`` empty and set the slot's after an admission."""
         tree = self.tree
         key = req.prompt_key
         node, matched, fresh = tree.probe_lock(key)
-        prompt_tokens = req.input_tokens
+        prompt_tokens = len(key) // TOKEN_BYTES  # req.input_tokens
         cached = min(matched, max(0, prompt_tokens - 1))
         # A retracted request recomputes the output it had generated (SGLang re-prefills it).
         extend = prompt_tokens - cached + req.output_tokens
-        reserve = self.reservation(req)
+        if reserve is None:
+            reserve = self.reservation(req)
         claim = self.private_tokens + self.reserved_tokens + tree.protected_tokens + fresh
         if claim + extend + reserve > self.capacity_tokens:
             self.last_refused_claim = extend + reserve + fresh
@@ -192,7 +199,7 @@ class KVPool:
         self._admitted += 1
         return Slot(
             req=req,
-            lock_key=req.prompt_key,
+            lock_key=key,
             extend_tokens=extend,
             prefill_left=extend,
             reserved_tokens=reserve,
@@ -303,7 +310,7 @@ class KVPool:
             produced = min(req.output_tokens, len(slot.output_key) // TOKEN_BYTES)
             if produced:
                 output = slot.output_key[: produced * TOKEN_BYTES]
-                self.tree.insert(req.prompt_key + output, from_lock=slot.lock_key)
+                self.tree.insert(req.prompt_key + output, from_lock=slot.lock_key, new_key=True)
         self.private_tokens -= slot.private_tokens
         self.reserved_tokens -= slot.reserved_tokens
         slot.private_tokens = slot.reserved_tokens = 0
