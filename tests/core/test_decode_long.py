@@ -123,3 +123,16 @@ def test_a_bad_byte_in_the_long_string(long: str, byte: bytes, at: int) -> None:
     spot = start + at % (len(raw) - start - 16)
     raw = raw[:spot] + byte + raw[spot:]
     assert _outcome(raw, 7) == _outcome(raw, NEVER), raw
+
+
+def test_a_long_conversation() -> None:
+    """The stand-in is searched among the first containers, earlier messages first: a long
+    first message of a long chat takes the fast path; a long last one the whole decode,
+    with the same result."""
+    prompt = "a document to answer questions about. " * 100
+    turns = [{"role": "user", "content": f"question {i}"} for i in range(200)]
+    first = {"messages": [{"role": "system", "content": prompt}, *turns]}
+    last = {"messages": [*turns, {"role": "user", "content": prompt}]}
+    assert _decode_long(json.dumps(first).encode(), 2048) == first
+    assert _decode_long(json.dumps(last).encode(), 2048) is None
+    assert decode_body(json.dumps(last).encode(), 2048) == last

@@ -282,8 +282,8 @@ def _put_back(body: dict[str, Any], long: str) -> bool:
                 if value == _PLACEHOLDER:
                     container[i] = long
                     return True
-                if type(value) is dict or type(value) is list:
-                    stack.append(value)
+            # the first items searched first: a long document leads a chat's messages
+            stack.extend(v for v in reversed(container) if type(v) is dict or type(v) is list)
     return False
 
 
