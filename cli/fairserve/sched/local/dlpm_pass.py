@@ -155,6 +155,7 @@ class DecisionState:
             progress = False  # an admission, a request found not to fit, or a refill
             refilled_past_skip = False  # a refill after a skip: the next walk may admit it
             walk = iter(candidates)
+            limit = refusals.limit  # changes only with an answer (the protocol's promise)
             for req in walk:
                 client = req.client
                 if deficits[client] <= 0:
@@ -167,10 +168,11 @@ class DecisionState:
                         continue
                 progress = True
                 need = need_of(req)
-                if need is not None and need >= refusals.limit:
+                if need is not None and need >= limit:
                     refused += 1  # NO_FIT, without asking
                     continue
                 answer = yield req
+                limit = refusals.limit
                 if answer is FIT:
                     self._admitted(req, admit)
                 elif answer is EXHAUSTED:
@@ -233,12 +235,14 @@ class DecisionState:
             return 0
         need_of, refused = self._need_of, 0
         fill = iter(candidates)
+        limit = refusals.limit  # changes only with an answer
         for req in fill:
             need = need_of(req)
-            if need is not None and need >= refusals.limit:
+            if need is not None and need >= limit:
                 refused += 1
                 continue
             answer = yield req
+            limit = refusals.limit
             if answer is FIT:
                 self._admitted(req, admit)
             elif answer is EXHAUSTED:
