@@ -3,8 +3,9 @@
 :class:`ReferenceDoubleQ` is DoubleQ with its hot path written plainly (the code before the
 shortcuts: the tree walked at every choice, counters through :meth:`DoubleQ.counters`).
 Random sequences of dispatches over available subsets, finishes, aborts and evictions, with
-the fixed quantum and the ``worker_quantum_requests`` rule and with client weights, must
-give the same workers and leave the same counters, refills, means and trees."""
+the fixed quantum and the ``worker_quantum_requests`` rule, with client weights and with the
+work-conserving spill at small thresholds (issue 17), must give the same workers and leave
+the same counters, refills, means and trees."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ _SERIAL = itertools.count()
 
 
 class ReferenceDoubleQ(DoubleQ):
-    """DoubleQ's SELECTWORKER and charges, written plainly."""
+    """DoubleQ's SELECTWORKER, its spill and charges, written plainly."""
 
     name = "doubleq-reference"
 
@@ -36,9 +37,25 @@ class ReferenceDoubleQ(DoubleQ):
             avail = self._refill(req.client, counters, candidates, quantum)
         owners = self.prefixes.match(req.prompt_key).owners
         cached = [w for w in avail if w in owners] if owners else []
-        return self.least_outstanding(cached or avail)
+        choice = self.least_outstanding(cached or avail)
+        threshold = self.config.spill_outstanding
+        if threshold == 0 or self.outstanding[choice] < threshold:
+            return choice
+        free = [
+            w
+            for w in avail
+            if self.outstanding[w] < self.outstanding[choice] - 1
+            and all(c == req.client for c, where in self.placed if where == w)
+        ]
+        return self.least_outstanding(free) if free else choice
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self.placed: list[tuple[str, str]] = []
+        """(client, worker) of each request in flight: the spill's "no other client there"."""
 
     def _dispatched(self, req: Request, worker: str) -> None:
+        self.placed.append((req.client, worker))
         charge = self._dispatch_charge(req)
         total, count = self.request_costs.get(req.client, (0.0, 0))
         self.request_costs[req.client] = (total + charge, count + 1)
@@ -47,6 +64,14 @@ class ReferenceDoubleQ(DoubleQ):
         counters[worker] -= charge
         self.in_flight[req.client] = self.in_flight.get(req.client, 0) + 1
         self.prefixes.dispatched(req.prompt_key, worker)
+
+    def _left(self, client: str, worker: str) -> None:
+        self.placed.remove((client, worker))
+        left = self.in_flight.get(client, 0) - 1
+        if left > 0:
+            self.in_flight[client] = left
+        else:
+            self.in_flight.pop(client, None)
 
     def _charge_output(self, req: Request, worker: str, output_tokens: int) -> None:
         inputs = req.input_tokens
@@ -69,7 +94,7 @@ def _state(d: DoubleQ, probes: list[bytes]) -> dict[str, Any]:
 
 arrive = st.tuples(
     st.just("arrive"),
-    st.sampled_from(["a", "b", "c"]),
+    st.sampled_from(["a", "a", "a", "b", "c"]),  # a often alone on a worker: it spills
     st.integers(0, 3),  # prefix group
     st.integers(0, 40),  # shared tokens
     st.integers(1, 30),  # unique tokens
@@ -85,11 +110,34 @@ evict = st.tuples(st.just("evict"), st.integers(0, 2), st.integers(0, 3), st.int
     quantum=st.sampled_from([8.0, 20.0, 50.0, 300.0, math.inf]),
     rule=st.sampled_from([0.0, 0.0, 0.5, 2.0, 32.0]),  # small: credit on few workers
     weight_b=st.sampled_from([1.0, 0.5, 3.0]),
+    spill=st.sampled_from([0, 2, 256]),
 )
 def test_the_shortcuts_choose_and_charge_as_the_plain_code(
-    ops: list[tuple[Any, ...]], quantum: float, rule: float, weight_b: float
+    ops: list[tuple[Any, ...]], quantum: float, rule: float, weight_b: float, spill: int
 ) -> None:
-    params: dict[str, Any] = {"worker_quantum": quantum, "worker_quantum_requests": rule}
+    _same_choices_and_state(ops, quantum, rule, weight_b, spill)
+
+
+@given(
+    # Long runs with few finishes: queues build, so the spill decides some dispatches.
+    ops=st.lists(st.one_of(arrive, arrive, arrive, finish, evict), min_size=30, max_size=80),
+    quantum=st.sampled_from([50.0, 300.0, float(2**23)]),
+    spill=st.sampled_from([1, 2, 4]),
+)
+def test_the_spill_chooses_as_the_plain_code(
+    ops: list[tuple[Any, ...]], quantum: float, spill: int
+) -> None:
+    _same_choices_and_state(ops, quantum, 0.0, 1.0, spill)
+
+
+def _same_choices_and_state(
+    ops: list[tuple[Any, ...]], quantum: float, rule: float, weight_b: float, spill: int
+) -> None:
+    params: dict[str, Any] = {
+        "worker_quantum": quantum,
+        "worker_quantum_requests": rule,
+        "spill_outstanding": spill,
+    }
     weights = {"b": weight_b}
     fast = DoubleQ(WORKERS, weights=weights, w_e=1.0, w_q=2.0, **params)
     plain = ReferenceDoubleQ(WORKERS, weights=weights, w_e=1.0, w_q=2.0, **params)
