@@ -271,9 +271,7 @@ SAMPLE_INTERVAL_S = 0.001
 COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("client socket write", ("router/front.py:answer", "router/front.py:write")),
     ("upstream socket write", ("router/pool.py:send",)),
-    ("request JSON decode", ("core/openai_api.py:parse_json", "core/openai_api.py:_too_deep",
-                             "core/openai_api.py:decode_body", "core/openai_api.py:_decode",
-                             "core/openai_api.py:_put_back")),
+    ("request JSON decode", ("core/openai_api.py:parse_json", "core/openai_api.py:_too_deep")),
     ("request validation", ("core/openai_api.py:", "core/prefix_key.py:", "router/identity.py:")),
     ("fair queue (DLPM)", ("router/fairqueue.py:", "sched/local/")),
     ("dispatcher, cache model, trees", ("sched/", "core/radix", "router/caches.py:")),

@@ -33,8 +33,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard, cast
 
-import numpy as np
-
 from fairserve.core.prefix_key import text_key
 from fairserve.core.types import ANONYMOUS_CLIENT, TOKEN_BYTES, key_to_tokens, tokens_to_key
 
@@ -162,31 +160,10 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     ``RecursionError`` is the C parser's answer to very deep nesting; a body that parses
     but nests deeper than :data:`MAX_JSON_DEPTH` is refused too, so no later step (the
     upstream ``json.dumps``, an error message's ``repr``) runs out of stack on it."""
-    return decode_body(raw, LONG_STRING_BYTES)
-
-
-def decode_body(raw: bytes, long_string_bytes: int) -> dict[str, Any]:
-    """:func:`parse_json` with its long-string fast path taken for plain strings of at
-    least ``long_string_bytes`` (tests compare it with the path never taken)."""
-    # A body that starts with "{" and a non-zero byte is UTF-8 (json.detect_encoding's
-    # rule, without its calls on the hot path).
-    utf8 = raw[:1] == b"{" and raw[1:2] != b"\0"
-    body = _decode_long(raw, long_string_bytes) if utf8 and len(raw) > long_string_bytes else None
-    if body is None:
-        body = _decode(raw, utf8)
-    # A short body with fewer brackets than the limit cannot nest deeper than it (no walk);
-    # a long one is walked: counting scans every byte of a long prompt (~17 us for 17 KB),
-    # the walk only the body's few containers (~2 us for a completion, ~6 for a chat).
-    if (
-        len(raw) > _COUNT_BRACKETS_BYTES or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
-    ) and _too_deep(body):
-        raise bad_request(_TOO_DEEP)
-    return body
-
-
-def _decode(raw: bytes, utf8: bool) -> dict[str, Any]:
-    """The body decoded by the standard library's scanner: a JSON object or a 400."""
     try:
+        # A body that starts with "{" and a non-zero byte is UTF-8 (json.detect_encoding's
+        # rule, without its calls on the hot path).
+        utf8 = raw[:1] == b"{" and raw[1:2] != b"\0"
         text = raw.decode("utf-8" if utf8 else json.detect_encoding(raw), "surrogatepass")
         body = decode_whole(_DECODER, text)
     except RecursionError:
@@ -195,96 +172,14 @@ def _decode(raw: bytes, utf8: bool) -> dict[str, Any]:
         raise bad_request(f"request body is not valid JSON: {_excerpt(str(exc))}") from None
     if not isinstance(body, dict):
         raise bad_request(f"request body: expected a JSON object, got {_type_name(body)}")
-    return cast(dict[str, Any], body)
-
-
-LONG_STRING_BYTES = 2048
-"""A string of at least this many bytes without escapes (a long prompt) is decoded apart
-from the rest of the body (:func:`_decode_long`)."""
-_LONG_SCAN_QUOTES = 64
-"""Quotes looked at before the long string (a body's first few fields) before giving up."""
-_PLACEHOLDER = "\x00"
-"""The long string's stand-in while the rest of the body is decoded, written ``\\u0000``
-in it: a literal NUL is invalid in a JSON string, so with no ``\\u0000`` in the body no
-other string of it can decode to the stand-in."""
-_CONTROL_BYTES = 0x20
-"""Bytes below this are control characters, invalid unescaped in a JSON string."""
-
-
-def _decode_long(raw: bytes, long_string_bytes: int) -> dict[str, Any] | None:
-    """The body with its first long plain string decoded apart, or None where this path
-    does not apply (the caller decodes the whole body as usual, errors included).
-
-    Why: the standard library's scanner reads a string character by character (~0.6 ns
-    each: ~10 us of a 17 KB prompt, the most costly step of a long request on the router),
-    while finding its end is a ``memchr`` and checking it for control characters one
-    numpy reduction (~2 us). The result is exactly the scanner's (a property test checks
-    it): the string runs between two quotes with no backslash before its end, so an even
-    count of quotes before it makes it a string token of the body, which the scanner would
-    copy verbatim (no escapes, no control characters); the rest of the body, with the
-    string replaced by ``\\u0000``, is decoded by the scanner itself, and the one string
-    equal to the stand-in gets the long string back. UTF-8 is cut at quote bytes only,
-    which no multi-byte character contains."""
-    backslash = raw.find(b"\\")
-    limit = len(raw) if backslash < 0 else backslash
-    least = max(1, long_string_bytes) + 1  # from the opening quote to the closing one
-    start = raw.find(b'"', 0, limit)
-    end = -1
-    for _ in range(_LONG_SCAN_QUOTES // 2):  # start: an opening quote (an even count before)
-        if start < 0:
-            return None
-        end = raw.find(b'"', start + 1, limit)
-        if end < 0:
-            return None
-        if end - start >= least:
-            break
-        start = raw.find(b'"', end + 1, limit)
-    else:
-        return None
-    if backslash >= 0 and raw.find(b"\\u0000", end) >= 0:
-        return None
-    if int(np.frombuffer(raw, np.uint8, end - start - 1, start + 1).min()) < _CONTROL_BYTES:
-        return None
-    try:
-        long = raw[start + 1 : end].decode("utf-8", "surrogatepass")
-        text = raw[: start + 1].decode("utf-8", "surrogatepass")
-        text += "\\u0000" + raw[end:].decode("utf-8", "surrogatepass")
-        body = decode_whole(_DECODER, text)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-    if type(body) is not dict or not _put_back(body, long):
-        return None
-    return cast(dict[str, Any], body)
-
-
-_PUT_BACK_CONTAINERS = 64
-"""Containers searched for the stand-in (a generation body's prompt or message is among
-the first few) before the body is decoded whole instead."""
-
-
-def _put_back(body: dict[str, Any], long: str) -> bool:
-    """Replace the one string equal to :data:`_PLACEHOLDER` by ``long`` (False: not found
-    among the first containers, or it is an object's key)."""
-    stack: list[dict[str, Any] | list[Any]] = [body]
-    for _ in range(_PUT_BACK_CONTAINERS):
-        if not stack:
-            return False
-        container = stack.pop()
-        if isinstance(container, dict):
-            for key, value in container.items():
-                if value == _PLACEHOLDER:
-                    container[key] = long
-                    return True
-                if type(value) is dict or type(value) is list:
-                    stack.append(value)
-        else:
-            for i, value in enumerate(container):
-                if value == _PLACEHOLDER:
-                    container[i] = long
-                    return True
-            # the first items searched first: a long document leads a chat's messages
-            stack.extend(v for v in reversed(container) if type(v) is dict or type(v) is list)
-    return False
+    # A short body with fewer brackets than the limit cannot nest deeper than it (no walk);
+    # a long one is walked: counting scans every byte of a long prompt (~17 us for 17 KB),
+    # the walk only the body's few containers (~2 us for a completion, ~6 for a chat).
+    if (
+        len(raw) > _COUNT_BRACKETS_BYTES or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+    ) and _too_deep(body):
+        raise bad_request(_TOO_DEEP)
+    return body
 
 
 _COUNT_BRACKETS_BYTES = 2048
