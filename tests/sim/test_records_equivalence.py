@@ -64,10 +64,17 @@ def _tot_overload() -> Workload:
 
 
 CASES: dict[str, tuple[Callable[[], Workload], SimConfig, str]] = {
+    # DoubleQ's spill off: the waiting queues grow all run (the overload path's records).
     "tot-overload": (
         _tot_overload,
-        _config(200_000, workers=8, duration_s=60.0),
+        _config(200_000, workers=8, duration_s=60.0, dispatch_params={"spill_outstanding": 0}),
         "ec9f17b94794428c",
+    ),
+    # DoubleQ's defaults: the spill moves a backlog onto workers no other client uses.
+    "tot-overload-spill": (
+        _tot_overload,
+        _config(200_000, workers=8, duration_s=60.0),
+        "d0f6b90c3ca9e6c5",
     ),
     "chunked-sarathi": (
         lambda: resolve_workload("tot-s1"),
