@@ -98,6 +98,14 @@ locally, every call served, against the paper's Preble), 2026-12-06:
   only after the arrivals and leaves S1 at 0.98x (the queue it waits for is past the
   worker's batch); spilling onto any worker under a threshold, other clients' included,
   lost S1's good-client p99 (1.41x) without its throughput (0.80x).
+* Out of sample (S not tuned there): 4 x a100-llama-3-8b, the paper's GPU, each scenario's
+  rates scaled to the same busy worker-seconds (long-QA S1 x9, S2 x11, tree-of-thought S1
+  x2.17, S2 x2.5, judge x2.58): throughput against Preble 0.94, 0.93, 1.48, 1.30, 1.14
+  (without the spill 0.93, 0.92, 1.07, 1.22, 1.10); good-client p99 gain 1.25, **0.40**,
+  4.61, 1.08, 1.10 (without 1.21, 0.73, 4.89, 1.07, 1.10). There the spill does fire on
+  long-QA S2 and costs its well-behaved clients' tail; the long-QA throughput rows fail on
+  that GPU with or without it (``scripts/paper_table.py``'s docstring: why the table stays
+  on the A10G).
 * k = 32 (``RULE_WORKER_QUANTUM_REQUESTS``, 24 to 64 give the same verdicts) spreads every
   client, the well-behaved ones too: it holds every throughput row (1.05-1.42x Preble's)
   and the paper's averages, with or without the spill, but on tree-of-thought S2 the good
