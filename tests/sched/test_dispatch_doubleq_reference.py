@@ -39,7 +39,8 @@ class ReferenceDoubleQ(DoubleQ):
         cached = [w for w in avail if w in owners] if owners else []
         choice = self.least_outstanding(cached or avail)
         threshold = self.config.spill_outstanding
-        if threshold == 0 or self.outstanding[choice] < threshold:
+        own = sum(1 for c, where in self.placed if c == req.client and where == choice)
+        if threshold == 0 or own < threshold:
             return choice
         free = [
             w
