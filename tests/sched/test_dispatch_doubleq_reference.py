@@ -45,7 +45,7 @@ class ReferenceDoubleQ(DoubleQ):
         free = [
             w
             for w in avail
-            if self.outstanding[w] < self.outstanding[choice] - 1
+            if self.outstanding[w] < min(self.outstanding[choice], threshold) - 1
             and all(c == req.client for c, where in self.placed if where == w)
         ]
         return self.least_outstanding(free) if free else choice

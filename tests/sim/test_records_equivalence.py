@@ -70,11 +70,11 @@ CASES: dict[str, tuple[Callable[[], Workload], SimConfig, str]] = {
         _config(200_000, workers=8, duration_s=60.0, dispatch_params={"spill_outstanding": 0}),
         "ec9f17b94794428c",
     ),
-    # DoubleQ's defaults: the spill moves a backlog onto workers no other client uses.
+    # DoubleQ's defaults: the spill moves a backlog onto idle room no other client uses.
     "tot-overload-spill": (
         _tot_overload,
         _config(200_000, workers=8, duration_s=60.0),
-        "d0f6b90c3ca9e6c5",
+        "c79d229cb84db9f7",
     ),
     "chunked-sarathi": (
         lambda: resolve_workload("tot-s1"),
