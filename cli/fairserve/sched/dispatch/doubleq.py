@@ -52,8 +52,9 @@ with
 * ``q[i][v] > 0`` (``v ∈ G_avail``: credit left),
 * no request of any other client in flight on ``v`` (nothing of another client waits or
   runs there, so nothing that prefers ``v`` for its locality is delayed), and
-* ``s_v + 1 < min(s_{w*}, S)`` (the move shortens the longer queue, and ``v`` has room
-  below the threshold: a spill fills spare capacity, it never builds a second queue),
+* ``s_v + 1 < S`` (``v`` has room below the threshold: a spill fills spare capacity, it
+  never builds a second queue; and as ``s_{w*} ≥ s_{i,w*} ≥ S``, it shortens the longer
+  queue),
 
 if there is one. Its children then follow the prefixes it placed on ``v``, least loaded
 among the cached workers, as any request does. Only the client whose own backlog fills
@@ -188,7 +189,7 @@ class DoubleQParams(Params):
         DEFAULT_SPILL_OUTSTANDING,
         "work-conserving spill: when the worker SELECTWORKER picks has at least this many"
         " of the client's own requests outstanding, the request goes instead to the"
-        " least-loaded worker with credit that has 2+ fewer (and 2+ under this) and no"
+        " least-loaded worker with credit that has at least 2 fewer than this and no"
         " other client's request in flight; 0 = off",
         minimum=0,
     )
@@ -315,8 +316,9 @@ class DoubleQ(Dispatcher):
     def _spill(self, client: str, choice: str, avail: list[str]) -> str:
         """The work-conserving spill (module docstring): ``choice``, unless it has at least
         ``spill_outstanding`` of ``client``'s requests outstanding and a worker of ``avail``
-        (credit left) serves no other client now and has at least two fewer, and fewer than
-        ``spill_outstanding`` less one; then the least loaded such worker."""
+        (credit left) serves no other client now and has fewer than ``spill_outstanding``
+        less one (so also at least two fewer than ``choice``); then the least loaded such
+        worker."""
         threshold = self.config.spill_outstanding
         load = self.outstanding
         if threshold <= 0 or self.worker_clients[choice].get(client, 0) < threshold:
@@ -324,7 +326,7 @@ class DoubleQ(Dispatcher):
         free = [
             w
             for w in avail
-            if load[w] + 1 < min(load[choice], threshold)
+            if load[w] + 1 < threshold  # room; and shorter, as load[choice] >= threshold
             and load[w] == self.worker_clients[w].get(client, 0)
         ]
         if not free:
