@@ -79,13 +79,13 @@ with the client's own count it stays 0.73). The bounds it keeps:
   client (tree-of-thought S2: all four backlogged 71% of the time) it changes nothing
   there, and the fixed ``Q^w`` keeps the well-behaved clients on their own workers.
 
-Where it fires: S counts requests dispatched to a worker and not finished, so it matters
-where every request is dispatched at its arrival (the paper's setting, the simulator). The
-router sends a worker at most its running bound (52 for the default simulated profile)
-plus the requests of clients below their share, and holds the rest in its own queue, so
-there ``s_w`` stays below S and a full worker's requests already go to the workers with a
-slot (docs/operator-guide.md, Overload); only workers that report no running bound can
-reach S there.
+Where it fires: S counts a client's requests dispatched to a worker and not finished, so
+it matters where every request is dispatched at its arrival (the paper's setting, the
+simulator). The router sends a worker at most its running bound (52 for the default
+simulated profile) plus the requests of clients below their share, and holds the rest in
+its own queue, so there ``s_w``, and with it any one client's count, stays below S and a
+full worker's requests already go to the workers with a slot (docs/operator-guide.md,
+Overload); only workers that report no running bound can reach S there.
 
 The default ``Q^w`` is the fixed 2^23 (8,388,608 service units, about ten minutes of an
 A10G's service with a 3B model) with the spill, measured on the paper table
