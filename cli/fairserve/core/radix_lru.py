@@ -4,9 +4,16 @@ Scanning the whole tree for leaves at every eviction made eviction O(tree): with
 of tens of thousands of prefixes and an eviction at nearly every admission under memory
 pressure, that scan dominated a simulated hour. The index is a lazy heap instead: an entry
 is pushed whenever a node may have become an eviction candidate (a leaf was inserted or
-touched, a lock was released, a node lost its last child), and validated when popped, so
-stale entries cost nothing but their slot. It starts with the first eviction, so trees that
-never evict (the dispatchers' global trees) pay nothing.
+touched, a lock was released, a node lost its last child), and validated when popped. It
+starts with the first eviction, so trees that never evict (the dispatchers' global trees)
+pay nothing.
+
+A node has at most one entry (``in_lru``): a refresh of a node that has one pushes nothing,
+and a popped entry older than its node's last access goes back in with the current one
+(accesses only grow, so the heap's least valid entry is still the least recently used
+candidate). Under overload every batching step probes and releases the same waiting
+requests' paths; one entry per probe made the heap grow by millions of stale entries and
+rebuild itself from a scan of the tree, a tenth of a simulated hour.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ class LruNode(Protocol):
 
     last_access: int
     ref: int
+    in_lru: bool
 
     @property
     def children(self) -> Mapping[bytes, object]: ...
@@ -48,13 +56,21 @@ class LruIndex:
 
     def rebuild(self, nodes: Iterable[LruNode]) -> None:
         """Start over from the tree's current nodes (drops every stale entry)."""
-        self._heap = [(n.last_access, id(n), n) for n in nodes if evictable(n)]
-        heapq.heapify(self._heap)
+        heap = []
+        for node in nodes:
+            node.in_lru = evictable(node)
+            if node.in_lru:
+                heap.append((node.last_access, id(node), node))
+        heapq.heapify(heap)
+        self._heap = heap
         self._compact_at = max(self.COMPACT_MIN_ENTRIES, 4 * len(self._heap))
 
     def push(self, node: LruNode) -> None:
         """``node`` may be a candidate now (checked again when popped)."""
+        if node.in_lru:
+            return  # its entry is re-pushed with the current access when popped stale
         if node.ref == 0 and not node.children and node.parent is not None:  # evictable
+            node.in_lru = True
             heapq.heappush(self._heap, (node.last_access, id(node), node))
 
     def pop(self) -> LruNode | None:
@@ -62,8 +78,13 @@ class LruIndex:
         heap = self._heap
         while heap:
             access, _, node = heapq.heappop(heap)
-            if access == node.last_access and evictable(node):
+            if not evictable(node):
+                node.in_lru = False  # pushed again when it becomes a candidate
+            elif access == node.last_access:
+                node.in_lru = False
                 return node
+            else:  # refreshed since it was pushed: back in at its current access
+                heapq.heappush(heap, (node.last_access, id(node), node))
         return None
 
     def needs_compaction(self) -> bool:

@@ -14,7 +14,17 @@ Owner = Hashable
 class Node:
     """One compressed edge: ``edge`` holds the tokens from the parent to this node."""
 
-    __slots__ = ("children", "edge", "ends", "inside", "last_access", "owners", "parent", "ref")
+    __slots__ = (
+        "children",
+        "edge",
+        "ends",
+        "in_lru",
+        "inside",
+        "last_access",
+        "owners",
+        "parent",
+        "ref",
+    )
 
     def __init__(self, edge: bytes, parent: Node | None) -> None:
         self.edge = edge
@@ -23,6 +33,8 @@ class Node:
         self.owners: set[Owner] = set()
         self.ref = 0
         self.last_access = 0
+        self.in_lru = False
+        """The tree's LRU index holds an entry for this node (``core.radix_lru``)."""
         self.inside: dict[int, Ticket] | None = None
         """Tickets of the kept matches that end inside this edge, by the edge tokens they
         cover (``core.radix_matches``)."""
