@@ -1,6 +1,7 @@
 """Parsing and validating the bodies of the OpenAI and SGLang generation endpoints.
 
-Shared by the simulated worker and the router (pure: standard library only), so a body the
+Shared by the simulated worker and the router (pure: standard library, and orjson to read
+bodies faster with the standard library's answers, :func:`parse_json`), so a body the
 router accepts is one the worker accepts, with the same 400 messages. A text prompt is kept
 as text (``GenerationSpec.prompt_text``, a chat rendered by :func:`render_chat`) and keyed by
 its text blocks (:mod:`fairserve.core.prefix_key`): the router never tokenizes it, and the
@@ -29,9 +30,11 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard, cast
+from typing import Any, Final, Literal, TypeGuard, cast
+
+import orjson
 
 from fairserve.core.prefix_key import text_key
 from fairserve.core.types import ANONYMOUS_CLIENT, TOKEN_BYTES, key_to_tokens, tokens_to_key
@@ -157,6 +160,31 @@ class GenerationSpec:
 def parse_json(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, or a 400 that says what is wrong with it.
 
+    orjson reads it where it can (about 2.5 times faster than the standard library's C
+    scanner on a long prompt, issue 23), as an accelerator only: the answer is always the
+    standard library's (:func:`_parse_json_stdlib`). Whatever orjson refuses goes to the
+    standard library, which accepts some of it (lone surrogates, a byte order mark, UTF-16,
+    floats beyond the double range) and words every error; of what orjson accepts, the one
+    value it reads differently is an integer beyond 64 bits (a float), so a body holding a
+    float of magnitude 2**63 or more (such an integer, or a float literal that large, never
+    seen in a request) goes to the standard library too. Depth is checked as that path does."""
+    try:
+        body = orjson.loads(raw)
+    except Exception:  # any refusal: the standard library answers (value or message)
+        return _parse_json_stdlib(raw)
+    if type(body) is not dict:  # the standard library's message
+        return _parse_json_stdlib(raw)
+    verdict = _too_deep_or_big_float(body)
+    if verdict == _BIG_FLOAT:
+        return _parse_json_stdlib(raw)
+    if verdict == _DEEP:
+        raise bad_request(_TOO_DEEP)
+    return cast(dict[str, Any], body)
+
+
+def _parse_json_stdlib(raw: bytes) -> dict[str, Any]:
+    """:func:`parse_json` with the standard library only: what it answers for every body.
+
     ``RecursionError`` is the C parser's answer to very deep nesting; a body that parses
     but nests deeper than :data:`MAX_JSON_DEPTH` is refused too, so no later step (the
     upstream ``json.dumps``, an error message's ``repr``) runs out of stack on it."""
@@ -212,13 +240,33 @@ def decode_whole(decoder: json.JSONDecoder, text: str) -> Any:
     return value if end == len(text) else decoder.decode(text)
 
 
+# What :func:`_too_deep_or_big_float` finds (plain ints: an enum's members cost ~0.1 us a
+# lookup on the router's hot path).
+_FINE: Final = 0
+_DEEP: Final = 1
+_BIG_FLOAT: Final = 2
+
+_BIG_FLOAT_MAGNITUDE = 2.0**63
+"""orjson reads an integer outside [-2**63, 2**64) as a float, whose magnitude is this or
+more; an integer inside it is read exactly (:func:`parse_json`)."""
+
+
 def _too_deep(body: dict[str, Any]) -> bool:
-    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`, level by level with the
+    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`."""
+    return _too_deep_or_big_float(body, floats=False) == _DEEP
+
+
+def _too_deep_or_big_float(body: dict[str, Any], floats: bool = True) -> int:
+    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH` or (with ``floats``) holds
+    a float of magnitude 2**63 or more, whichever is seen first, level by level with the
     per-node work mostly in C (``map``, ``chain``, ``set``): a body of half a million
     messages is checked in a fraction of what parsing it took."""
-    kinds = set(map(type, body.values()))
+    values = body.values()
+    kinds = set(map(type, values))
+    if floats and float in kinds and _big_float(values):
+        return _BIG_FLOAT
     if dict not in kinds and list not in kinds:  # a completion's usual body: one level
-        return False
+        return _FINE
     dicts: list[dict[str, Any]] = [body]
     lists: list[list[Any]] = []
     for _ in range(MAX_JSON_DEPTH):
@@ -227,6 +275,8 @@ def _too_deep(body: dict[str, Any]) -> bool:
             *itertools.chain.from_iterable(lists),
         ]
         kinds = set(map(type, children))
+        if floats and float in kinds and _big_float(children):
+            return _BIG_FLOAT
         if kinds == {dict}:
             dicts, lists = cast(list[dict[str, Any]], children), []
         elif kinds == {list}:
@@ -235,8 +285,13 @@ def _too_deep(body: dict[str, Any]) -> bool:
             dicts = [c for c in children if type(c) is dict]
             lists = [c for c in children if type(c) is list]
         else:
-            return False
-    return True
+            return _FINE
+    return _DEEP
+
+
+def _big_float(values: Iterable[Any]) -> bool:
+    big = _BIG_FLOAT_MAGNITUDE
+    return any(type(v) is float and not -big < v < big for v in values)
 
 
 def check_context(
