@@ -141,17 +141,22 @@ def check_client_name(value: str, where: str) -> str:
     """``value`` if a request could carry it as its client name, else 400: a weight set
     live for a name no request can carry would never apply, yet reach every worker (names
     from a clients file are the router's own and need no check)."""
-    if not value:
-        raise bad_request(f"{where}: expected a non-empty client name")
-    if len(value) > MAX_NAME_CHARS or not _NAME.fullmatch(value):
-        raise bad_request(
-            f"{where}: a client name is 1 to {MAX_NAME_CHARS} characters from {NAME_CHARS};"
-            f" got {value[: MAX_NAME_CHARS + 1]!a}"
-        )
-    return value
+    return _checked(value, where, MAX_NAME_CHARS)
 
 
 def _name(value: str, where: str, limit: int) -> str:
+    """A name a request gives itself, checked; a client name is remembered as checked."""
+    _checked(value, where, limit)
+    if limit == MAX_NAME_CHARS:
+        if len(_known_names) >= _KNOWN_NAMES_MAX:
+            _known_names.clear()
+        _known_names.add(value)
+    return value
+
+
+def _checked(value: str, where: str, limit: int) -> str:
+    """The one rule for client and application names: 1 to ``limit`` characters from
+    :data:`NAME_CHARS`, else 400."""
     if not value:
         raise bad_request(f"{where}: expected a non-empty client name")
     if len(value) > limit or not _NAME.fullmatch(value):
@@ -160,10 +165,6 @@ def _name(value: str, where: str, limit: int) -> str:
         raise bad_request(
             f"{where}: {what} is 1 to {limit} characters from {NAME_CHARS}; got {shown}"
         )
-    if limit == MAX_NAME_CHARS:
-        if len(_known_names) >= _KNOWN_NAMES_MAX:
-            _known_names.clear()
-        _known_names.add(value)
     return value
 
 
