@@ -3,9 +3,11 @@ is the router's largest cost on long prompts), yet answers exactly as the standa
 path (``_parse_json_stdlib``, kept for this comparison): the same value, with the same types,
 key order and float bits, or the same :class:`ApiError` (status and message).
 
-orjson refuses what the standard library takes (lone surrogate escapes, UTF-8-encoded
-surrogates, a byte order mark, UTF-16/32, floats beyond the double range) and reads integers
-beyond 64 bits as floats: each must still get the standard library's answer."""
+Bodies of :data:`ORJSON_MIN_BYTES` or more are orjson's to read, so every case is also
+padded with whitespace to that length. orjson refuses what the standard library takes (lone
+surrogate escapes, UTF-8-encoded surrogates, a byte order mark, UTF-16/32, floats beyond the
+double range) and reads integers beyond 64 bits as floats: each must still get the standard
+library's answer."""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairserve.core.openai_api import MAX_JSON_DEPTH, ApiError, _parse_json_stdlib, parse_json
+from fairserve.core.openai_api import (
+    MAX_JSON_DEPTH,
+    ORJSON_MIN_BYTES,
+    ApiError,
+    _parse_json_stdlib,
+    parse_json,
+)
 
 PROPERTY = settings(max_examples=300, derandomize=True, deadline=None)
 
@@ -41,8 +49,16 @@ def _outcome(parse: Any, raw: bytes) -> tuple[Any, ...]:
     return ("value", _typed(body))
 
 
+_PAD = b" " * ORJSON_MIN_BYTES
+"""JSON whitespace that makes a body long enough for orjson (:data:`ORJSON_MIN_BYTES`)."""
+
+
 def _same(raw: bytes) -> None:
-    assert _outcome(parse_json, raw) == _outcome(_parse_json_stdlib, raw), raw[:200]
+    """The same answer for ``raw`` and, read by orjson, for ``raw`` padded with whitespace
+    after it and before it (which also takes the standard library's sniffing of the
+    encoding, :func:`json.detect_encoding`)."""
+    for body in (raw, raw + _PAD, _PAD + raw):
+        assert _outcome(parse_json, body) == _outcome(_parse_json_stdlib, body), body[:200]
 
 
 _BOUNDARY_INTS = st.sampled_from(
