@@ -1,6 +1,6 @@
 """``parse_json`` reads bodies with orjson where it can (issue 23: the request's JSON decoding
 is the router's largest cost on long prompts), yet answers exactly as the standard library's
-path (``_parse_json_stdlib``, kept for this comparison): the same value, with the same types,
+path (``parse_json_stdlib``, kept as the reference): the same value, with the same types,
 key order and float bits, or the same :class:`ApiError` (status and message).
 
 Bodies of :data:`ORJSON_MIN_BYTES` or more are orjson's to read, so every case is also
@@ -22,8 +22,8 @@ from fairserve.core.openai_api import (
     MAX_JSON_DEPTH,
     ORJSON_MIN_BYTES,
     ApiError,
-    _parse_json_stdlib,
     parse_json,
+    parse_json_stdlib,
 )
 
 PROPERTY = settings(max_examples=300, derandomize=True, deadline=None)
@@ -58,7 +58,7 @@ def _same(raw: bytes) -> None:
     after it and before it (which also takes the standard library's sniffing of the
     encoding, :func:`json.detect_encoding`)."""
     for body in (raw, raw + _PAD, _PAD + raw):
-        assert _outcome(parse_json, body) == _outcome(_parse_json_stdlib, body), body[:200]
+        assert _outcome(parse_json, body) == _outcome(parse_json_stdlib, body), body[:200]
 
 
 _BOUNDARY_INTS = st.sampled_from(
