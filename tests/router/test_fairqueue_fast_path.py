@@ -1,4 +1,5 @@
-"""The fair queue's uncontended fast path (issue 23) decides as the full path does.
+"""The fair queue's uncontended fast path (issue 23) decides as the full path does, and so
+does its decision that a full worker ends.
 
 A request that arrives to an empty queue with a free slot skips the queue's list work and
 does not keep its match (:meth:`FairQueue._alone`). Random sequences of arrivals, finishes,
@@ -39,13 +40,18 @@ class LoggedQueue(FairQueue):
 
 
 class FullPathQueue(LoggedQueue):
-    """The queue as it was before the fast path: every arrival goes through ``_pump``."""
+    """The queue as it was before the fast path: every arrival goes through ``_pump``, and
+    every waiting request is asked about (``select`` with "a slot is free"), also once the
+    worker is full (the queue now ends the decision there: ``test_fairqueue_exhausted.py``)."""
 
     def _alone(self, req: Request, now: float) -> bool:
         self.policy.on_arrival(req, now)
         self._waiting.append(req)
         self._pump(now)
         return id(req) in self._admitted
+
+    def _decide(self, now: float) -> list[Request]:
+        return self.policy.select(self._waiting, self._can_fit, self._match_len, now)
 
 
 @dataclass

@@ -8,7 +8,8 @@ dispatcher spreads them. For such a worker the router keeps at most
 event contract as inside an engine (``on_arrival``, ``select`` with ``can_fit``,
 ``on_admit``, decode charges, ``on_finish``/``on_abort``).
 
-``can_fit`` is "a slot is free" (and reserves it: a True answer is final). ``match_len``
+``can_fit`` is "a slot is free" (and reserves it: a True answer is final); once every slot
+is taken the queue answers ``EXHAUSTED``, which ends the decision. ``match_len``
 is the worker's share of the fleet's one cache model
 (:class:`~fairserve.sched.dispatch.cache_model.CacheModel`), the dispatcher's own: the
 router's worker feed hands it over (:meth:`FairQueue.attach`), so the queue and the
@@ -28,7 +29,7 @@ from typing import Any
 
 from fairserve.core.types import Request
 from fairserve.sched.dispatch.cache_model import CacheModel
-from fairserve.sched.local.base import LocalPolicy
+from fairserve.sched.local.base import EXHAUSTED, FIT, Answer, LocalPolicy, answer_all
 
 DEFAULT_CACHE_TOKENS = 1 << 20
 
@@ -185,7 +186,7 @@ class FairQueue:
     def _pump(self, now: float) -> None:
         if not self._waiting or self.outstanding >= self.max_outstanding:
             return
-        admitted = self.policy.select(self._waiting, self._can_fit, self._match_len, now)
+        admitted = self._decide(now)
         if not admitted:
             return
         if len(admitted) == len(self._waiting):  # all of them (one request: the common case)
@@ -198,6 +199,21 @@ class FairQueue:
             future = self._futures.get(id(req))
             if future is not None and not future.done():
                 future.set_result(None)
+
+    def _decide(self, now: float) -> list[Request]:
+        """The policy's decision over the waiting requests, answered by :meth:`_answer`."""
+        decision = self.policy.decide(self._waiting, self._match_len, now)
+        return answer_all(decision, self._answer)
+
+    def _answer(self, req: Request) -> Answer:
+        """A slot for ``req`` (taken: ``FIT`` is final), or ``EXHAUSTED`` once every slot is
+        taken: nothing later fits either, so the decision ends there instead of asking
+        about every waiting request (the same releases and policy state as answering
+        ``NO_FIT`` to each, ``sched``'s contract for ``EXHAUSTED``)."""
+        if self.outstanding >= self.max_outstanding:
+            return EXHAUSTED
+        self.outstanding += 1
+        return FIT
 
     def _release(self, req: Request) -> None:
         """``req`` goes to the worker: counted, and its prompt recorded on the worker."""

@@ -9,29 +9,22 @@ batch through their methods and starts the slots it admits in the running batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from math import ceil
 from typing import Protocol
 
 from fairserve.core.types import TOKEN_BYTES, Request
-from fairserve.sched.local.base import EXHAUSTED, FIT, NO_FIT, Answer, Decision, LocalPolicy
+from fairserve.sched.local.base import (
+    EXHAUSTED,
+    FIT,
+    NO_FIT,
+    Answer,
+    LocalPolicy,
+    answer_all,
+)
 from fairserve.sim.engine_types import EngineConfig, EngineStats
 from fairserve.sim.kvpool import KVPool, Slot
 from fairserve.sim.match_feed import FeedMatchLen, MatchFeed
 from fairserve.sim.waiting import WaitingQueue
-
-
-def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[Request]:
-    """Run a policy's decision to its end with ``answer`` for each candidate; returns the
-    admitted requests (``sched``'s ``drive`` with the third answer, ``EXHAUSTED``)."""
-    try:
-        req = next(decision)
-        while True:
-            req = decision.send(answer(req))
-    except StopIteration as end:
-        admitted: list[Request] = end.value
-        return admitted
-
 
 NEVER = 1 << 62
 """A refusal limit no claim reaches: every request is asked about."""

@@ -65,6 +65,19 @@ Decision = Generator[Request, Answer, list[Request]]
 admitted requests in admission order."""
 
 
+def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[Request]:
+    """Run ``decision`` to its end with ``answer`` for each candidate, ``EXHAUSTED``
+    included; returns the admitted requests (the simulator's batch formation; the router's
+    fair queue, whose full worker ends the decision)."""
+    try:
+        req = next(decision)
+        while True:
+            req = decision.send(answer(req))
+    except StopIteration as end:
+        admitted: list[Request] = end.value
+        return admitted
+
+
 def drive(decision: Decision, can_fit: CanFit) -> list[Request]:
     """Run ``decision`` to its end, answering every candidate with ``can_fit`` (``select``
     for hosts that answer at once: the simulator, the router's fair queue)."""
