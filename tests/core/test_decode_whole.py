@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairserve.core.openai_api import _DECODER, decode_whole
+from fairserve.core.json_body import _DECODER, decode_whole
 
 _SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
 _VALUES = st.recursive(

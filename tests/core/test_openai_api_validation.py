@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
+from fairserve.core.json_body import MAX_JSON_DEPTH, parse_json
 from fairserve.core.openai_api import (
-    MAX_JSON_DEPTH,
     ApiError,
     check_context,
     parse_chat,
     parse_completion,
     parse_generate,
-    parse_json,
 )
 
 NO_HEADERS: dict[str, str] = {}

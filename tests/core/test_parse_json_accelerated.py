@@ -18,13 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairserve.core.openai_api import (
-    MAX_JSON_DEPTH,
-    ORJSON_MIN_BYTES,
-    ApiError,
-    parse_json,
-    parse_json_stdlib,
-)
+from fairserve.core.json_body import MAX_JSON_DEPTH, ORJSON_MIN_BYTES, parse_json, parse_json_stdlib
+from fairserve.core.openai_api import ApiError
 
 PROPERTY = settings(max_examples=300, derandomize=True, deadline=None)
 

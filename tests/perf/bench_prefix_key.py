@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "cli") not in sys.path:  # runnable as a script from any directory
     sys.path.insert(0, str(ROOT / "cli"))
 
-from fairserve.core.openai_api import parse_completion, parse_json  # noqa: E402
+from fairserve.core.json_body import parse_json  # noqa: E402
+from fairserve.core.openai_api import parse_completion  # noqa: E402
 from fairserve.core.prefix_key import text_key  # noqa: E402
 from fairserve.core.tokenizer import token_key  # noqa: E402
 

@@ -271,7 +271,7 @@ SAMPLE_INTERVAL_S = 0.001
 COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("client socket write", ("router/front.py:answer", "router/front.py:write")),
     ("upstream socket write", ("router/pool.py:send",)),
-    ("request JSON decode", ("core/openai_api.py:parse_json", "core/openai_api.py:_too_deep")),
+    ("request JSON decode", ("core/json_body.py:",)),  # decode_whole: neutral (its caller's)
     ("request validation", ("core/openai_api.py:", "core/prefix_key.py:", "router/identity.py:")),
     ("fair queue (DLPM)", ("router/fairqueue.py:", "sched/local/")),
     ("dispatcher, cache model, trees", ("sched/", "core/radix", "router/caches.py:")),
@@ -290,7 +290,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 component of its innermost fairserve frame that matches one, helpers in :data:`NEUTRAL`
 skipped (they count for their caller); the rest is the event loop's (``OTHER``). Socket
 writes are the kernel's loopback work; a read is the first line of ``data_received``."""
-NEUTRAL = ("sched/base.py:", "core/types.py:", "core/cost.py:", "core/openai_api.py:decode_whole")
+NEUTRAL = ("sched/base.py:", "core/types.py:", "core/cost.py:", "core/json_body.py:decode_whole")
 OTHER = "event loop, other"
 
 

@@ -13,7 +13,7 @@ from tests.perf.bench_router import OTHER, Sampler, component, functions_path, p
 def test_frames_count_for_their_component_and_helpers_for_their_caller() -> None:
     assert component("router/pool.py:send") == "upstream socket write"
     assert component("router/front.py:answer") == "client socket write"
-    assert component("core/openai_api.py:parse_json") == "request JSON decode"
+    assert component("core/json_body.py:parse_json") == "request JSON decode"
     assert component("core/openai_api.py:_openai_spec") == "request validation"
     assert component("sched/local/dlpm.py:_decide_one") == "fair queue (DLPM)"
     assert component("sched/dispatch/doubleq.py:_choose") == "dispatcher, cache model, trees"
@@ -22,7 +22,7 @@ def test_frames_count_for_their_component_and_helpers_for_their_caller() -> None
     assert component("router/front.py:data_received") == "request head (recv incl.)"
     assert component("router/proxy.py:_attempt") == "proxy, pool, front (glue)"
     for helper in ("sched/base.py:weight", "core/types.py:input_tokens",
-                   "core/openai_api.py:decode_whole"):  # fmt: skip
+                   "core/json_body.py:decode_whole"):  # fmt: skip
         assert component(helper) is None
     assert component("somewhere/else.py:f") is None
 
@@ -53,7 +53,7 @@ def test_profile_shares_scale_to_the_cpu_per_request() -> None:
 def test_the_sampler_counts_the_innermost_fairserve_function(tmp_path: Path) -> None:
     """A sample counts for the innermost frame of fairserve's code (a builtin or another
     package's frame counts for its fairserve caller), or ``OTHER``."""
-    from fairserve.core.openai_api import parse_json
+    from fairserve.core.json_body import parse_json
 
     out = tmp_path / "samples.json"
     sampler = Sampler(out)
@@ -66,5 +66,5 @@ def test_the_sampler_counts_the_innermost_fairserve_function(tmp_path: Path) -> 
     finally:
         sampler._stop()
     functions = json.loads(functions_path(out).read_text())
-    decoding = functions.get("core/openai_api.py:parse_json", 0)  # orjson.loads is a builtin
+    decoding = functions.get("core/json_body.py:parse_json", 0)  # orjson.loads is a builtin
     assert decoding >= 1 and decoding >= sum(functions.values()) // 2, functions

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fairserve.core.json_body import parse_json
 from fairserve.core.openai_api import (
     MAX_TOKEN_ID,
     ApiError,
     parse_chat,
     parse_completion,
     parse_generate,
-    parse_json,
     render_chat,
 )
 from fairserve.core.prefix_key import text_key

@@ -1,10 +1,10 @@
 """Parsing and validating the bodies of the OpenAI and SGLang generation endpoints.
 
-Shared by the simulated worker and the router (pure: standard library, and orjson to read
-bodies faster with the standard library's answers, :func:`parse_json`), so a body the
-router accepts is one the worker accepts, with the same 400 messages. A text prompt is kept
-as text (``GenerationSpec.prompt_text``, a chat rendered by :func:`render_chat`) and keyed by
-its text blocks (:mod:`fairserve.core.prefix_key`): the router never tokenizes it, and the
+Shared by the simulated worker and the router (pure: standard library; the bodies are read
+as JSON by :mod:`fairserve.core.json_body`), so a body the router accepts is one the worker
+accepts, with the same 400 messages. A text prompt is kept as text
+(``GenerationSpec.prompt_text``, a chat rendered by :func:`render_chat`) and keyed by its
+text blocks (:mod:`fairserve.core.prefix_key`): the router never tokenizes it, and the
 worker tokenizes it with its own tokenizer; token ids a client sends are the key as they are.
 
 Every route turns its JSON body into one :class:`GenerationSpec`, so the runtime and the
@@ -16,25 +16,22 @@ accepts and ignores, within the ranges the OpenAI API documents (a value outside
 a client's bug, and a real engine would refuse it). Every error says which field is wrong
 and what was expected, and shows at most a short excerpt of the value.
 
-Nothing a client sends may raise anything but :class:`ApiError`: bodies nested deeper than
-:data:`MAX_JSON_DEPTH`, ``NaN``/``Infinity`` literals, integers too long to convert, lone
-surrogates in text (valid JSON escapes, invalid Unicode) are all 400s here, because the
-layers after parsing (tokenizing, ``json.dumps`` of the upstream body, hashing a rid)
-would otherwise fail with an internal error.
+Nothing a client sends may raise anything but :class:`ApiError`: bodies nested too deeply,
+``NaN``/``Infinity`` literals (both refused by the JSON reading), integers too long to
+convert, lone surrogates in text (valid JSON escapes, invalid Unicode) are all 400s,
+because the layers after parsing (tokenizing, ``json.dumps`` of the upstream body, hashing
+a rid) would otherwise fail with an internal error.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeGuard, cast
-
-import orjson
+from typing import Any, Literal, TypeGuard, cast
 
 from fairserve.core.prefix_key import text_key
 from fairserve.core.types import ANONYMOUS_CLIENT, TOKEN_BYTES, key_to_tokens, tokens_to_key
@@ -51,9 +48,6 @@ MAX_OUTPUT_TOKENS = 2**31 - 1
 :func:`check_context`, is usually far stricter)."""
 MIN_TEXT_PROMPT_TOKENS = 1
 """What a text prompt certainly costs before a tokenizer counts it (it is never empty)."""
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of arrays and objects accepted in a body (generation bodies nest a few
-levels; tools' JSON schemas a few more)."""
 MAX_RID_CHARS = 256
 """Longest request id a client may give (SGLang's are 32 hex digits)."""
 
@@ -105,7 +99,7 @@ def internal_error(logger: logging.Logger, exc: BaseException, where: str) -> Ap
         error_id,
         where,
         type(exc).__name__,
-        _excerpt(str(exc), 300),
+        excerpt(str(exc), 300),
     )
     logger.debug("traceback of internal error %s", error_id, exc_info=exc)
     return ApiError(500, f"internal error (error id {error_id}); the details are in the log")
@@ -157,155 +151,6 @@ class GenerationSpec:
         return key_to_tokens(self.prompt_key)
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 that says what is wrong with it.
-
-    orjson reads it where it can (about 2.5 times faster than the standard library's C
-    scanner on a long prompt, issue 23), as an accelerator only: the answer is always the
-    standard library's (:func:`parse_json_stdlib`). Whatever orjson refuses goes to the
-    standard library, which accepts some of it (lone surrogates, a byte order mark, UTF-16,
-    floats beyond the double range) and words every error; of what orjson accepts, the one
-    value it reads differently is an integer beyond 64 bits (a float), so a body holding a
-    float of magnitude 2**63 or more (such an integer, or a float literal that large, never
-    seen in a request) goes to the standard library too. Depth is checked as that path does.
-    A short body (:data:`ORJSON_MIN_BYTES`) goes to the standard library at once."""
-    if len(raw) < ORJSON_MIN_BYTES:
-        return parse_json_stdlib(raw)
-    try:
-        body = orjson.loads(raw)
-    except Exception:  # any refusal: the standard library answers (value or message)
-        return parse_json_stdlib(raw)
-    if type(body) is not dict:  # the standard library's message
-        return parse_json_stdlib(raw)
-    verdict = _too_deep_or_big_float(body)
-    if verdict == _BIG_FLOAT:
-        return parse_json_stdlib(raw)
-    if verdict == _DEEP:
-        raise bad_request(_TOO_DEEP)
-    return cast(dict[str, Any], body)
-
-
-ORJSON_MIN_BYTES = 2048
-"""Bodies shorter than this are read by the standard library alone: orjson's gain grows
-with the body (its scan of a long prompt), its checks (:func:`_too_deep_or_big_float`) do
-not, and on a one-sentence completion the router spent as much or more with them (request
-JSON decode 4.5 against 4.3 and 3.7 against 3.0 us per request, bench_router --profile)."""
-
-
-def parse_json_stdlib(raw: bytes) -> dict[str, Any]:
-    """:func:`parse_json` with the standard library only: what it answers for every body
-    (its reference; callers use :func:`parse_json`). Named ``parse_json*`` so the router
-    bench's profile counts it as request JSON decoding, as it does :func:`parse_json`.
-
-    ``RecursionError`` is the C parser's answer to very deep nesting; a body that parses
-    but nests deeper than :data:`MAX_JSON_DEPTH` is refused too, so no later step (the
-    upstream ``json.dumps``, an error message's ``repr``) runs out of stack on it."""
-    try:
-        # A body that starts with "{" and a non-zero byte is UTF-8 (json.detect_encoding's
-        # rule, without its calls on the hot path).
-        utf8 = raw[:1] == b"{" and raw[1:2] != b"\0"
-        text = raw.decode("utf-8" if utf8 else json.detect_encoding(raw), "surrogatepass")
-        body = decode_whole(_DECODER, text)
-    except RecursionError:
-        raise bad_request(_TOO_DEEP) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"request body is not valid JSON: {_excerpt(str(exc))}") from None
-    if not isinstance(body, dict):
-        raise bad_request(f"request body: expected a JSON object, got {_type_name(body)}")
-    # A short body with fewer brackets than the limit cannot nest deeper than it (no walk);
-    # a long one is walked: counting scans every byte of a long prompt (~17 us for 17 KB),
-    # the walk only the body's few containers (~2 us for a completion, ~6 for a chat).
-    if (
-        len(raw) > _COUNT_BRACKETS_BYTES or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
-    ) and _too_deep(body):
-        raise bad_request(_TOO_DEEP)
-    return body
-
-
-_COUNT_BRACKETS_BYTES = 2048
-"""Bodies up to this size are checked for depth by counting brackets first (cheaper there
-than the walk of :func:`_too_deep`); longer ones are walked at once."""
-
-
-_TOO_DEEP = f"request body is nested too deeply (the most is {MAX_JSON_DEPTH} levels)"
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (standard JSON has no NaN or Infinity)")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
-"""Made once: ``json.loads`` with any option builds a decoder per call (what
-``json.loads`` does with bytes is done by hand in :func:`parse_json`)."""
-
-
-def decode_whole(decoder: json.JSONDecoder, text: str) -> Any:
-    """``decoder.decode(text)``: the common case (a value from the first character to the
-    last) in one call of the C scanner, without ``decode``'s Python layers and whitespace
-    matches; anything else (whitespace around, extra data, an error) goes through
-    ``decode`` itself, so the result or the exception is exactly its own."""
-    scan: Callable[[str, int], tuple[Any, int]] = decoder.scan_once  # type: ignore[attr-defined]
-    try:
-        value, end = scan(text, 0)
-    except (StopIteration, ValueError, RecursionError):
-        return decoder.decode(text)
-    return value if end == len(text) else decoder.decode(text)
-
-
-# What :func:`_too_deep_or_big_float` finds (plain ints: an enum's members cost ~0.1 us a
-# lookup on the router's hot path).
-_FINE: Final = 0
-_DEEP: Final = 1
-_BIG_FLOAT: Final = 2
-
-_BIG_FLOAT_MAGNITUDE = 2.0**63
-"""orjson reads an integer outside [-2**63, 2**64) as a float, whose magnitude is this or
-more; an integer inside it is read exactly (:func:`parse_json`)."""
-
-
-def _too_deep(body: dict[str, Any]) -> bool:
-    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH`."""
-    return _too_deep_or_big_float(body, floats=False) == _DEEP
-
-
-def _too_deep_or_big_float(body: dict[str, Any], floats: bool = True) -> int:
-    """Whether ``body`` nests deeper than :data:`MAX_JSON_DEPTH` or (with ``floats``) holds
-    a float of magnitude 2**63 or more, whichever is seen first, level by level with the
-    per-node work mostly in C (``map``, ``chain``, ``set``): a body of half a million
-    messages is checked in a fraction of what parsing it took."""
-    values = body.values()
-    kinds = set(map(type, values))
-    if floats and float in kinds and _big_float(values):
-        return _BIG_FLOAT
-    if dict not in kinds and list not in kinds:  # a completion's usual body: one level
-        return _FINE
-    dicts: list[dict[str, Any]] = [body]
-    lists: list[list[Any]] = []
-    for _ in range(MAX_JSON_DEPTH):
-        children = [
-            *itertools.chain.from_iterable(map(dict.values, dicts)),
-            *itertools.chain.from_iterable(lists),
-        ]
-        kinds = set(map(type, children))
-        if floats and float in kinds and _big_float(children):
-            return _BIG_FLOAT
-        if kinds == {dict}:
-            dicts, lists = cast(list[dict[str, Any]], children), []
-        elif kinds == {list}:
-            dicts, lists = [], cast(list[list[Any]], children)
-        elif dict in kinds or list in kinds:
-            dicts = [c for c in children if type(c) is dict]
-            lists = [c for c in children if type(c) is list]
-        else:
-            return _FINE
-    return _DEEP
-
-
-def _big_float(values: Iterable[Any]) -> bool:
-    big = _BIG_FLOAT_MAGNITUDE
-    return any(type(v) is float and not -big < v < big for v in values)
-
-
 def check_context(
     spec: GenerationSpec, context_tokens: int | None, prompt_tokens: int | None = None
 ) -> None:
@@ -352,7 +197,7 @@ def parse_generate(body: Mapping[str, Any], headers: Mapping[str, str]) -> Gener
     params = body.get("sampling_params")
     params = {} if params is None else params
     if not isinstance(params, dict):
-        raise bad_request(f"sampling_params: expected a JSON object, got {_type_name(params)}")
+        raise bad_request(f"sampling_params: expected a JSON object, got {type_name(params)}")
     # SGLang accepts max_new_tokens = 0 (a prefill only); OpenAI's fields need >= 1.
     max_new = _output_tokens(
         params.get("max_new_tokens"), "sampling_params.max_new_tokens", DEFAULT_MAX_NEW_TOKENS, 0
@@ -397,7 +242,7 @@ def parse_chat(body: Mapping[str, Any], headers: Mapping[str, str]) -> Generatio
         raise bad_request("missing field: 'messages'")
     if not isinstance(messages, list) or not messages:
         raise bad_request(
-            f"messages: expected a non-empty list of messages, got {_type_name(messages)}"
+            f"messages: expected a non-empty list of messages, got {type_name(messages)}"
         )
     text = render_chat([_message(m, f"messages[{i}]") for i, m in enumerate(messages)])
     return _openai_spec("chat", body, headers, text_key(text), text)
@@ -433,10 +278,10 @@ def _openai_spec(
     options = body.get("stream_options")
     options = {} if options is None else options
     if not isinstance(options, dict):
-        raise bad_request(f"stream_options: expected a JSON object, got {_type_name(options)}")
+        raise bad_request(f"stream_options: expected a JSON object, got {type_name(options)}")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise bad_request(f"model: expected a string, got {_type_name(model)}")
+        raise bad_request(f"model: expected a string, got {type_name(model)}")
     if model is not None:
         _unicode(model, "model")
     return GenerationSpec(
@@ -458,7 +303,7 @@ def _openai_spec(
 def _prompt_from_text(text: object, field: str) -> bytes:
     """The prefix key of a text prompt (its text blocks: no tokenizing on the router)."""
     if not isinstance(text, str):
-        raise bad_request(f"{field}: expected a string, got {_type_name(text)}")
+        raise bad_request(f"{field}: expected a string, got {type_name(text)}")
     try:
         key = text_key(text)
     except UnicodeEncodeError:
@@ -505,7 +350,7 @@ def _message(message: object, where: str) -> tuple[str, str]:
             texts.append(_unicode(part.get("text", ""), f"{where}.content[{j}].text"))
         return role, "".join(texts)
     raise bad_request(
-        f"{where}.content: expected a string or a list of text parts, got {_type_name(content)}"
+        f"{where}.content: expected a string or a list of text parts, got {type_name(content)}"
     )
 
 
@@ -601,7 +446,7 @@ def _client(value: object, field: str, headers: Mapping[str, str], user: object)
     if isinstance(user, str) and user:
         return _unicode(user, "user")
     if user is not None and not isinstance(user, str):
-        raise bad_request(f"user: expected a string, got {_type_name(user)}")
+        raise bad_request(f"user: expected a string, got {type_name(user)}")
     return ANONYMOUS_CLIENT
 
 
@@ -621,17 +466,19 @@ def _show(value: object) -> str:
     """A short rendering of a client's value for an error message: a huge value is not
     echoed (``repr`` of an integer over 4,300 digits even raises), containers are named."""
     if isinstance(value, dict | list):
-        return _type_name(value)
+        return type_name(value)
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return "an integer too large"
-    return _excerpt(repr(value))
+    return excerpt(repr(value))
 
 
-def _excerpt(text: str, limit: int = 60) -> str:
+def excerpt(text: str, limit: int = 60) -> str:
+    """``text``, cut to ``limit`` characters (an error message shows a client's value so)."""
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
+    """What a JSON value is, in an error message's words (``an object``, ``a number``...)."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
     if value is None:
         return "null"

@@ -23,6 +23,7 @@ from aiohttp import web
 from fairserve.api import paths
 from fairserve.api.auth import require_admin
 from fairserve.core.errors import ConfigError
+from fairserve.core.json_body import parse_json
 from fairserve.core.ledger import DEFAULT_WINDOW_S, MAX_WINDOW_S
 from fairserve.core.openai_api import (
     ApiError,
@@ -35,7 +36,6 @@ from fairserve.core.openai_api import (
     parse_chat,
     parse_completion,
     parse_generate,
-    parse_json,
 )
 from fairserve.core.types import Request
 from fairserve.router import proxy

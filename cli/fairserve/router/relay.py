@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fairserve.core.openai_api import Route, decode_whole
+from fairserve.core.json_body import decode_whole
+from fairserve.core.openai_api import Route
 from fairserve.core.prefix_key import estimate_tokens
 from fairserve.router.accounting import Usage
 

@@ -19,7 +19,8 @@ from aiohttp import web
 import fairserve
 from fairserve.api import worker_extension as api
 from fairserve.api.auth import is_loopback_host, require_admin
-from fairserve.core.openai_api import ApiError, bad_request, parse_json
+from fairserve.core.json_body import parse_json
+from fairserve.core.openai_api import ApiError, bad_request
 from fairserve.worker import responses as r
 from fairserve.worker.generation import RUNTIME
 from fairserve.worker.metrics import CONTENT_TYPE, WorkerMetrics

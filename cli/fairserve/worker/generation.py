@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from fairserve.core.errors import ConfigError, RequestRejected
+from fairserve.core.json_body import parse_json
 from fairserve.core.openai_api import (
     ApiError,
     GenerationSpec,
@@ -24,7 +25,6 @@ from fairserve.core.openai_api import (
     parse_chat,
     parse_completion,
     parse_generate,
-    parse_json,
 )
 from fairserve.worker import responses as r
 from fairserve.worker.runtime import DuplicateRequest, Ticket, Unavailable, WorkerRuntime
