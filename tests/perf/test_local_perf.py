@@ -23,11 +23,12 @@ Two ways of timing it:
   request: kept matches answer at once, and only the new arrivals and the requests whose
   match an insert or eviction moved are walked again.
 
-* **steady state with a moved-match feed** (DLPM, a prototype of the hook issue 23 asks
-  of the radix tree): the host's ``match_len`` also says which waiting requests' kept
-  match was revoked since it last answered (here by wrapping ``Ticket.revoke`` in the
-  benchmark, the core does not offer it yet), so the decision asks only about those and
-  the new arrivals (``sched.local.lpm_index.MovedMatches``).
+* **steady state with a moved-match feed** (DLPM, as the simulator's and the SGLang
+  plugin's hosts feed it): the host's ``match_len`` also says which waiting requests' kept
+  match was revoked since it last answered (here by wrapping ``Ticket.revoke``; the
+  simulator reads the tree's own list, ``RadixTree.drain_revoked``, in
+  ``sim/match_feed.py``), so the decision asks only about those and the new arrivals
+  (``sched.local.lpm_index.MovedMatches``).
 
 Times are the CPU time of the deciding thread (``time.thread_time_ns``): on a shared
 2-core machine wall time mostly measures the other processes.
