@@ -7,7 +7,7 @@ running batch (here the whole KV pool, ``capacity_tokens``). The proof assumes A
 ``Break``: when the least-served client's request does not fit, nothing else is admitted.
 A policy that skips it instead (work conservation) lets the memory freed by small requests
 flow to the small-request client for ever, so the gap grows without bound; the shared
-memory patience (:class:`fairserve.sched.local.base.MemoryPatience`) is what restores the
+memory patience (:class:`fairserve.sched.local.patience.MemoryPatience`) is what restores the
 bound.
 """
 
@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from fairserve.core.metrics import ServiceSample, max_service_gap
 from fairserve.core.types import Request
-from fairserve.sched.local.base import LocalPolicy, MemoryPatience
+from fairserve.sched.local.base import LocalPolicy
+from fairserve.sched.local.patience import MemoryPatience
 from fairserve.sched.local.vtc import VTC
 from fairserve.sched.params import MEMORY_PATIENCE, Params
 from fairserve.sched.registry import make_local_policy

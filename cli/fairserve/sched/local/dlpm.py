@@ -24,7 +24,7 @@ in the cache) can starve for as long as the others keep sending: seen in the sim
 long-context client got nothing for a whole run. After ``fill_patience`` consecutive
 decisions that end with a client with credit blocked on memory, the fill pauses (the
 worker keeps decoding its batch; only new admissions wait) until that client's request
-fits, then resumes. This is the shared :class:`~fairserve.sched.local.base.MemoryPatience`
+fits, then resumes. This is the shared :class:`~fairserve.sched.local.patience.MemoryPatience`
 that VTC, LCF and Justitia use too (there counted in bypasses of the least-served client).
 
 Why not the simpler refinement "a client whose requests all failed ``can_fit`` is not
@@ -82,13 +82,13 @@ from fairserve.sched.local.base import (
     Decision,
     LocalPolicy,
     MatchLen,
-    MemoryPatience,
     drive,
     register_local,
 )
 from fairserve.sched.local.dlpm_pass import DecisionState
 from fairserve.sched.local.lpm import lpm_sorted
 from fairserve.sched.local.lpm_index import LPMIndex
+from fairserve.sched.local.patience import MemoryPatience
 from fairserve.sched.params import QUANTUM, W_E, W_Q, Params, param
 
 

@@ -18,7 +18,7 @@ queuing:
 * Waiting requests are admitted in ascending ``F_j`` of their application (ties by
   arrival), non-preemptively. As in the paper's vLLM scheduler, admission stops at the
   first call that does not fit (``memory_patience = 0``, the shared
-  :class:`~fairserve.sched.local.base.MemoryPatience` at its strictest): skipping it would
+  :class:`~fairserve.sched.local.patience.MemoryPatience` at its strictest): skipping it would
   let later, lower priority calls take the memory it waits for, again and again (measured
   on the paper's mix: 83% instead of 90% of applications no later than under VTC, and 1.8x
   the average completion time). A larger patience skips it for that many decisions.

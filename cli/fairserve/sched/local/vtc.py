@@ -16,7 +16,7 @@ Departures from the paper, on purpose:
   gap of 127k against a bound of 40k). So after ``memory_patience`` consecutive decisions
   that admitted others past the least-counter client blocked on memory, the selection
   stops at it (the ``Break``) until it fits or is no longer the least served
-  (:class:`~fairserve.sched.local.base.MemoryPatience`); running requests keep decoding.
+  (:class:`~fairserve.sched.local.patience.MemoryPatience`); running requests keep decoding.
   With it the bound ``2·max(w_p·L_input, w_q·M)`` holds on memory-bound mixed-size
   workloads (``tests/sched/test_local_memory_bound.py``); ``memory_patience=0`` is
   Algorithm 2 exactly.
