@@ -5,8 +5,8 @@ requests in its own order (FCFS, LPM), so a flooding client starves the others h
 dispatcher spreads them. For such a worker the router keeps at most
 ``max_outstanding`` requests in flight and holds the excess here; a ``sched`` local policy
 (DLPM by default) decides which waiting request is released next, driven through the same
-event contract as inside an engine (``on_arrival``, ``select`` with ``can_fit``,
-``on_admit``, decode charges, ``on_finish``/``on_abort``).
+event contract as inside an engine (``on_arrival``, ``decide`` answered one request at a
+time, ``on_admit``, decode charges, ``on_finish``/``on_abort``).
 
 ``can_fit`` is "a slot is free" (and reserves it: a True answer is final); once every slot
 is taken the queue answers ``EXHAUSTED``, which ends the decision. ``match_len``
@@ -160,10 +160,8 @@ class FairQueue:
         self._pump(now)
 
     def _can_fit(self, req: Request) -> bool:
-        if self.outstanding >= self.max_outstanding:
-            return False
-        self.outstanding += 1
-        return True
+        """:meth:`_answer` as yes or no (a policy's ``arrive_alone`` asks so)."""
+        return self._answer(req) is FIT
 
     def _alone(self, req: Request, now: float) -> bool:
         """The uncontended case (nothing waits, a slot is free): ``req``'s arrival and the

@@ -80,15 +80,9 @@ def answer_all(decision: Decision, answer: Callable[[Request], Answer]) -> list[
 
 
 def drive(decision: Decision, can_fit: CanFit) -> list[Request]:
-    """Run ``decision`` to its end, answering every candidate with ``can_fit`` (``select``
-    for hosts that answer at once: the simulator, the router's fair queue)."""
-    try:
-        req = next(decision)
-        while True:
-            req = decision.send(FIT if can_fit(req) else NO_FIT)
-    except StopIteration as end:
-        admitted: list[Request] = end.value
-        return admitted
+    """:func:`answer_all` for a host that can only say yes or no (``select``; the router's
+    fair queue for a request that arrives alone): every candidate is asked about."""
+    return answer_all(decision, lambda req: FIT if can_fit(req) else NO_FIT)
 
 
 class LocalPolicy(Scheduler):
