@@ -25,10 +25,9 @@ Two ways of timing it:
 
 * **steady state with a moved-match feed** (DLPM, as the simulator's and the SGLang
   plugin's hosts feed it): the host's ``match_len`` also says which waiting requests' kept
-  match was revoked since it last answered (here by wrapping ``Ticket.revoke``; the
-  simulator reads the tree's own list, ``RadixTree.drain_revoked``, in
-  ``sim/match_feed.py``), so the decision asks only about those and the new arrivals
-  (``sched.local.lpm_index.MovedMatches``).
+  match was revoked since it last answered (the tree's own list,
+  ``RadixTree.drain_revoked``, as ``sim/match_feed.py`` reads it), so the decision asks
+  only about those and the new arrivals (``sched.local.lpm_index.MovedMatches``).
 
 Times are the CPU time of the deciding thread (``time.thread_time_ns``): on a shared
 2-core machine wall time mostly measures the other processes.
@@ -38,9 +37,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import ClassVar
+from collections.abc import Callable
 
 from fairserve.core.radix import RadixTree
 from fairserve.core.radix_node import Ticket
@@ -66,15 +63,14 @@ MatchLen = Callable[[Request], int]
 
 class MatchFeed:
     """``match_len`` from the tree's kept matches that also says which requests' match may
-    have moved: those whose last answer came from a ticket revoked since (the prototype of
-    a revoked ticket listing its keys)."""
-
-    revoked: ClassVar[list[Ticket]] = []
+    have moved: those whose last answer came from a ticket the tree revoked since
+    (``RadixTree.drain_revoked``, as the simulator's ``sim/match_feed.py`` reads it)."""
 
     def __init__(self, cache: RadixTree) -> None:
         self.cache = cache
         self.holders: dict[Ticket, list[Request]] = {}
-        MatchFeed.revoked.clear()
+        cache.track_revoked()
+        cache.drain_revoked()
 
     def __call__(self, req: Request) -> int:
         tokens = self.cache.match_len(req.prompt_key)
@@ -83,27 +79,13 @@ class MatchFeed:
             self.holders.setdefault(ticket, []).append(req)
         return tokens
 
-    def moved(self) -> list[Request]:
+    def moved(self) -> list[Request] | None:
+        revoked = self.cache.drain_revoked()
+        if revoked is None:  # too many to list: any match may have moved
+            self.holders.clear()
+            return None
         holders = self.holders
-        moved = [req for ticket in MatchFeed.revoked for req in holders.pop(ticket, ())]
-        MatchFeed.revoked.clear()
-        return moved
-
-
-@contextmanager
-def revocations_listed() -> Iterator[None]:
-    """While it lasts, every revoked ticket is listed in ``MatchFeed.revoked``."""
-    original = Ticket.revoke
-
-    def revoke(ticket: Ticket) -> None:
-        MatchFeed.revoked.append(ticket)
-        original(ticket)
-
-    Ticket.revoke = revoke  # type: ignore[method-assign, assignment]
-    try:
-        yield
-    finally:
-        Ticket.revoke = original  # type: ignore[method-assign]
+        return [req for ticket in revoked for req in holders.pop(ticket, ())]
 
 
 def budget(admits: int) -> Callable[[Request], Answer]:
@@ -163,15 +145,6 @@ def steady_decisions_ms(
     """CPU ms of ``decisions`` consecutive decisions over a queue kept ``waiting_count``
     long, matching included (see the module docstring); and a note on what was walked.
     ``feed``: the host's ``match_len`` says which matches moved (:class:`MatchFeed`)."""
-    if feed:
-        with revocations_listed():
-            return _steady_decisions_ms(name, waiting_count, decisions, feed)
-    return _steady_decisions_ms(name, waiting_count, decisions, feed)
-
-
-def _steady_decisions_ms(
-    name: str, waiting_count: int, decisions: int, feed: bool
-) -> tuple[list[float], str]:
     source = PromptSource(seed=5)
     cache = cache_tree(source)
     steps = WARM_DECISIONS + decisions
